@@ -1,0 +1,45 @@
+# One entry point for people and CI: `make test` installs what it needs and runs every tier.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+
+.PHONY: setup system-packages lint test test-unit test-integration test-lab demo clean
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@bash .ci/system-packages
+
+$(STAMP): pyproject.toml
+	@bash .ci/timed venv -- bash -c '\
+	  test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) && \
+	  $(BIN)/python -m pip install -q --upgrade pip && \
+	  $(BIN)/python -m pip install -q -e ".[trainer,heartbeat,test]"'
+	@touch $(STAMP)
+
+lint: setup
+	@bash .ci/timed lint -- bash -c '\
+	  $(BIN)/ruff check provision tests benchmarks && \
+	  $(BIN)/ruff format --check provision tests benchmarks && \
+	  $(BIN)/mypy && \
+	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production --offline playbooks roles'
+
+test-unit: setup
+	@bash .ci/timed unit -- $(PYTEST) tests/unit
+
+test-integration: setup
+	@bash .ci/timed integration -- $(PYTEST) tests/integration
+
+test-lab: setup
+	@bash .ci/timed lab -- $(PYTEST) tests/lab
+
+test: lint test-unit test-integration test-lab
+
+demo: setup
+	@$(BIN)/nodeprep demo
+
+clean:
+	rm -rf $(VENV) build dist
