@@ -39,7 +39,8 @@ test-lab: setup
 test: lint test-unit test-integration test-lab
 
 demo: setup
-	@$(BIN)/nodeprep demo
+	@$(BIN)/nodeprep provision examples/localhost.ini --tags preflight --check \
+	  -e ansible_python_interpreter=$(CURDIR)/$(BIN)/python -e preflight_time_sync_required=false
 
 clean:
 	rm -rf $(VENV) build dist

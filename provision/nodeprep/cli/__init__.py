@@ -1,0 +1,34 @@
+"""The ``nodeprep`` command line: thin click commands over the library."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from nodeprep import __version__
+from nodeprep.cli.provision import provision
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nodeprep")
+@click.option("--debug", is_flag=True, help="Log library debug messages to stderr.")
+def cli(debug: bool) -> None:
+    """Harden Linux machines for long AI training runs, and prove the result.
+
+    \b
+    Examples:
+      nodeprep provision inventory.ini
+      nodeprep provision inventory.ini --limit gpu01 --check --diff
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
+cli.add_command(provision)
+
+
+def main() -> None:
+    cli(prog_name="nodeprep")

@@ -1,0 +1,151 @@
+"""Options shared by the commands that run playbooks, defined once and stacked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import yaml
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ExtraVars(click.ParamType[dict[str, Any]]):
+    """``-e`` values as Ansible takes them: ``k=v [k2=v2 ...]``, inline JSON/YAML, or ``@file``."""
+
+    name = "extra-vars"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        text = str(value).strip()
+        if text.startswith("@"):
+            return self._from_file(Path(text[1:]), param, ctx)
+        if text.startswith("{"):
+            try:
+                loaded = _load_yaml(text)
+            except yaml.YAMLError as exc:
+                self.fail(
+                    f"-e {text!r} is not valid JSON or YAML ({_first_line(exc)}); "
+                    "fix the quoting or brackets.",
+                    param,
+                    ctx,
+                )
+            return self._mapping(loaded, text, param, ctx)
+        pairs: dict[str, Any] = {}
+        for item in text.split():
+            key, sep, raw = item.partition("=")
+            if not sep or not key.isidentifier():
+                self.fail(
+                    f"-e {text!r} is not KEY=VALUE, inline JSON/YAML or @FILE; "
+                    "write it like -e preflight_min_free_gb=20.",
+                    param,
+                    ctx,
+                )
+            pairs[key] = raw
+        return pairs
+
+    def _from_file(
+        self, path: Path, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dict[str, Any]:
+        if not path.is_file():
+            self.fail(
+                f"-e @{path}: the file does not exist; give the path of a YAML or "
+                "JSON file of variables.",
+                param,
+                ctx,
+            )
+        try:
+            loaded = _load_yaml(path.read_text())
+        except yaml.YAMLError as exc:
+            self.fail(
+                f"-e @{path} is not valid YAML or JSON ({_first_line(exc)}); fix the file.",
+                param,
+                ctx,
+            )
+        return self._mapping(loaded, f"@{path}", param, ctx)
+
+    def _mapping(
+        self, loaded: Any, origin: str, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dict[str, Any]:
+        if not isinstance(loaded, dict):
+            self.fail(f"-e {origin} must be a mapping of variable names to values.", param, ctx)
+        return {str(k): v for k, v in loaded.items()}
+
+
+def _load_yaml(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return yaml.safe_load(text)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0]
+
+
+def merge_extra_vars(values: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for value in values:
+        merged.update(value)
+    return merged
+
+
+def split_csv(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+
+
+def run_options(func: F) -> F:
+    """The options every playbook-running command takes."""
+    decorators = [
+        click.option(
+            "--limit",
+            "-l",
+            metavar="PATTERN",
+            help="Only hosts matching this Ansible host pattern.",
+        ),
+        click.option(
+            "--tags",
+            "-t",
+            multiple=True,
+            metavar="TAGS",
+            help="Only tasks with these tags (comma-separated, repeatable).",
+        ),
+        click.option(
+            "--skip-tags",
+            multiple=True,
+            metavar="TAGS",
+            help="Skip tasks with these tags (comma-separated, repeatable).",
+        ),
+        click.option(
+            "--forks",
+            "-f",
+            type=click.IntRange(min=1, max=500),
+            help="Hosts to work on in parallel.",
+        ),
+        click.option(
+            "--extra-vars",
+            "-e",
+            "extra_vars",
+            multiple=True,
+            type=ExtraVars(),
+            help="Variables: KEY=VALUE, inline JSON/YAML, or @FILE (repeatable).",
+        ),
+        click.option(
+            "--json",
+            "json_path",
+            type=click.Path(dir_okay=False, writable=True, path_type=Path),
+            help="Also write a machine-readable summary here.",
+        ),
+        click.option(
+            "-v", "--verbose", "verbosity", count=True, help="More Ansible detail (-v to -vvvv)."
+        ),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func

@@ -1,0 +1,121 @@
+"""Live progress of a playbook run, and the recap at its end (terminal output lives here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from nodeprep.runner import Progress, RunRequest, RunResult
+
+_COUNTED = ("ok", "changed", "failed", "unreachable")
+
+
+@dataclass
+class _HostLine:
+    task: str = ""
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTED, 0))
+
+
+class ProgressView:
+    """A live per-host table on a terminal; one line per task and per failure otherwise."""
+
+    def __init__(self, console: Console, hosts: tuple[str, ...]) -> None:
+        self.console = console
+        self.hosts = {host: _HostLine() for host in hosts}
+        self.current = ""
+        self.live: Live | None = None
+
+    def __enter__(self) -> ProgressView:
+        if self.console.is_terminal:
+            self.live = Live(
+                self._table(), console=self.console, refresh_per_second=4, transient=True
+            )
+            self.live.__enter__()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.live is not None:
+            self.live.__exit__(kind, exc, tb)
+
+    def __call__(self, item: Progress) -> None:
+        label = f"{item.role} : {item.task}" if item.role else item.task
+        if item.host is None:
+            self.current = label
+            for line in self.hosts.values():
+                line.task = label
+            if self.live is None:
+                self.console.print(f"TASK [{label}]", markup=False, soft_wrap=True)
+        else:
+            line = self.hosts.setdefault(item.host, _HostLine())
+            if item.outcome in line.counts:
+                line.counts[item.outcome] += 1
+            if item.outcome in ("failed", "unreachable") and self.live is None:
+                self.console.print(
+                    f"  {item.outcome.upper()}: {item.host}: {item.message}",
+                    markup=False,
+                    soft_wrap=True,
+                )
+        if self.live is not None:
+            self.live.update(self._table())
+
+    def _table(self) -> Table:
+        table = Table(title=f"running: {self.current}" if self.current else None)
+        table.add_column("host")
+        table.add_column("task")
+        for name in _COUNTED:
+            table.add_column(name, justify="right")
+        for host, line in self.hosts.items():
+            table.add_row(host, line.task, *(str(line.counts[n]) for n in _COUNTED))
+        return table
+
+
+def print_recap(console: Console, result: RunResult) -> None:
+    table = Table(title="recap")
+    table.add_column("host")
+    for name in ("ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(name, justify="right")
+    for host, recap in sorted(result.recap.items()):
+        table.add_row(host, *(str(v) for v in asdict(recap).values()))
+    console.print(table)
+    for failure in result.failures:
+        kind = "UNREACHABLE" if failure.unreachable else "FAILED"
+        where = f"{failure.role} : {failure.task}" if failure.role else failure.task
+        console.print(
+            f"{kind} {failure.host} [{where}]: {failure.message}", markup=False, soft_wrap=True
+        )
+
+
+def summary(request: RunRequest, result: RunResult, seconds: float) -> dict[str, Any]:
+    return {
+        "playbook": str(request.playbook),
+        "inventory": str(request.inventory),
+        "limit": request.limit,
+        "check": request.check,
+        "status": result.status,
+        "exit_code": result.exit_code,
+        "seconds": round(seconds, 3),
+        "hosts": {host: asdict(recap) for host, recap in sorted(result.recap.items())},
+        "failures": [asdict(f) for f in result.failures],
+        "unreachable": result.unreachable_hosts,
+    }
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically, so a reader never sees half a summary."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.replace(tmp, path)

@@ -1,0 +1,216 @@
+"""The ansible-runner boundary: the only module that imports ansible_runner.
+
+It turns a :class:`RunRequest` into runner keyword arguments (plain code that
+tests can check), streams the runner's events to a progress callback as
+:class:`Progress` items, and maps the outcome to a typed :class:`RunResult`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodeprep import paths
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 3
+
+# Runner event name -> outcome shown to the user.
+_OUTCOMES = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One playbook run, as the CLI asked for it."""
+
+    playbook: Path
+    inventory: Path
+    limit: str | None = None
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
+    check: bool = False
+    diff: bool = False
+    forks: int | None = None
+    extra_vars: Mapping[str, Any] = field(default_factory=dict)
+    verbosity: int = 0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One step of a run: a task starting (host is None) or a task's outcome on a host."""
+
+    task: str
+    role: str
+    host: str | None = None
+    outcome: str | None = None  # ok | changed | failed | unreachable | skipped
+    message: str = ""
+
+
+@dataclass
+class HostRecap:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    host: str
+    task: str
+    role: str
+    message: str
+    unreachable: bool = False
+
+
+@dataclass
+class RunResult:
+    status: str
+    rc: int
+    recap: dict[str, HostRecap]
+    failures: list[TaskFailure]
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def unreachable_hosts(self) -> list[str]:
+        return sorted(h for h, r in self.recap.items() if r.unreachable)
+
+    @property
+    def exit_code(self) -> int:
+        if self.unreachable_hosts:
+            return EXIT_UNREACHABLE
+        if self.failures or self.rc != 0 or self.status != "successful":
+            return EXIT_FAILED
+        return EXIT_OK
+
+
+def build_runner_kwargs(request: RunRequest, private_data_dir: Path) -> dict[str, Any]:
+    """Keyword arguments for ``ansible_runner.run``; no side effects."""
+    cmdline = [flag for flag, on in (("--check", request.check), ("--diff", request.diff)) if on]
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(private_data_dir),
+        "project_dir": str(request.playbook.parent),
+        "playbook": str(request.playbook),
+        # ansible-runner changes directory to the project: relative paths would break.
+        "inventory": str(request.inventory.resolve()),
+        "envvars": {
+            # The ansible-playbook installed beside nodeprep, also when its venv is not active.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
+            "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+            "ANSIBLE_NOCOLOR": "1",
+        },
+        "extravars": dict(request.extra_vars),
+        "verbosity": request.verbosity,
+        "quiet": True,
+        "suppress_env_files": True,
+    }
+    optional = {
+        "limit": request.limit,
+        "tags": ",".join(request.tags),
+        "skip_tags": ",".join(request.skip_tags),
+        "forks": request.forks,
+        "cmdline": " ".join(cmdline),
+    }
+    kwargs.update({key: value for key, value in optional.items() if value})
+    return kwargs
+
+
+class _EventCollector:
+    """Turns raw runner events into progress callbacks, a recap and failures."""
+
+    def __init__(self, on_progress: Callable[[Progress], None] | None) -> None:
+        self.on_progress = on_progress
+        self.recap: dict[str, HostRecap] = {}
+        self.failures: list[TaskFailure] = []
+        self.results: list[dict[str, Any]] = []
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        data = event.get("event_data") or {}
+        name = event.get("event", "")
+        task, role = str(data.get("task", "")), str(data.get("role", ""))
+        if name == "playbook_on_task_start":
+            self._emit(Progress(task=task, role=role))
+        elif name in _OUTCOMES:
+            self._host_event(name, data, task, role)
+        elif name == "playbook_on_stats":
+            self._stats(data)
+        return True
+
+    def _host_event(self, name: str, data: dict[str, Any], task: str, role: str) -> None:
+        host = str(data.get("host", ""))
+        res = data.get("res") or {}
+        outcome = _OUTCOMES[name]
+        if outcome == "ok" and res.get("changed"):
+            outcome = "changed"
+        if outcome == "failed" and data.get("ignore_errors"):
+            outcome = "ok"
+        message = _message(res) if outcome in ("failed", "unreachable") else ""
+        if outcome in ("failed", "unreachable"):
+            self.failures.append(
+                TaskFailure(host, task, role, message, unreachable=outcome == "unreachable")
+            )
+        if isinstance(res, dict) and "nodeprep_check" in res:
+            self.results.append({"host": host, **res["nodeprep_check"]})
+        self._emit(Progress(task=task, role=role, host=host, outcome=outcome, message=message))
+
+    def _stats(self, data: dict[str, Any]) -> None:
+        fields = {
+            "ok": "ok",
+            "changed": "changed",
+            "failures": "failed",
+            "dark": "unreachable",
+            "skipped": "skipped",
+        }
+        for stat, attr in fields.items():
+            for host, count in (data.get(stat) or {}).items():
+                setattr(self.recap.setdefault(host, HostRecap()), attr, int(count))
+
+    def _emit(self, item: Progress) -> None:
+        if self.on_progress is not None:
+            self.on_progress(item)
+
+
+def _message(res: Any) -> str:
+    if not isinstance(res, dict):
+        return str(res)
+    for key in ("msg", "stderr", "stdout", "module_stderr", "reason"):
+        value = res.get(key)
+        if value:
+            return str(value).strip()
+    return "the task failed without a message"
+
+
+def run(request: RunRequest, on_progress: Callable[[Progress], None] | None = None) -> RunResult:
+    """Run one playbook through ansible-runner in a private, temporary data directory."""
+    import ansible_runner
+
+    collector = _EventCollector(on_progress)
+    private_dir = Path(tempfile.mkdtemp(prefix="nodeprep-run-"))
+    try:
+        kwargs = build_runner_kwargs(request, private_dir)
+        log.debug("ansible-runner kwargs: %s", kwargs)
+        outcome = ansible_runner.run(event_handler=collector, **kwargs)
+        return RunResult(
+            status=str(outcome.status),
+            rc=int(outcome.rc if outcome.rc is not None else 1),
+            recap=collector.recap,
+            failures=collector.failures,
+            results=collector.results,
+        )
+    finally:
+        shutil.rmtree(private_dir, ignore_errors=True)

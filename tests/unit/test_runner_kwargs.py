@@ -1,0 +1,106 @@
+"""The runner's keyword arguments are plain data built from the request."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from nodeprep import paths, runner
+
+
+def test_minimal_request(tmp_path: Path) -> None:
+    request = runner.RunRequest(
+        playbook=paths.playbook("provision.yml"), inventory=tmp_path / "inv.ini"
+    )
+    kwargs = runner.build_runner_kwargs(request, tmp_path / "private")
+    assert kwargs["playbook"] == str(paths.playbook("provision.yml"))
+    assert kwargs["inventory"] == str((tmp_path / "inv.ini").resolve())
+    assert kwargs["private_data_dir"] == str(tmp_path / "private")
+    assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(paths.ansible_cfg())
+    assert kwargs["envvars"]["ANSIBLE_ROLES_PATH"] == str(paths.roles_dir())
+    assert kwargs["envvars"]["PATH"].startswith(str(Path(sys.executable).parent))
+    for absent in ("limit", "tags", "skip_tags", "forks", "cmdline"):
+        assert absent not in kwargs
+
+
+def test_full_request(tmp_path: Path) -> None:
+    request = runner.RunRequest(
+        playbook=paths.playbook("provision.yml"),
+        inventory=tmp_path / "inv.ini",
+        limit="gpu*",
+        tags=("preflight", "tmux"),
+        skip_tags=("nic_bond",),
+        check=True,
+        diff=True,
+        forks=12,
+        extra_vars={"a": 1},
+        verbosity=2,
+    )
+    kwargs = runner.build_runner_kwargs(request, tmp_path)
+    assert kwargs["limit"] == "gpu*"
+    assert kwargs["tags"] == "preflight,tmux"
+    assert kwargs["skip_tags"] == "nic_bond"
+    assert kwargs["forks"] == 12
+    assert kwargs["cmdline"] == "--check --diff"
+    assert kwargs["extravars"] == {"a": 1}
+    assert kwargs["verbosity"] == 2
+
+
+def test_exit_code_mapping() -> None:
+    ok = runner.RunResult("successful", 0, {"a": runner.HostRecap(ok=3)}, [])
+    assert ok.exit_code == 0
+    failed = runner.RunResult(
+        "failed", 2, {"a": runner.HostRecap(failed=1)}, [runner.TaskFailure("a", "t", "r", "boom")]
+    )
+    assert failed.exit_code == 1
+    dark = runner.RunResult(
+        "failed", 4, {"a": runner.HostRecap(unreachable=1), "b": runner.HostRecap(failed=1)}, []
+    )
+    assert dark.exit_code == 3
+    assert dark.unreachable_hosts == ["a"]
+
+
+def test_events_become_progress_recap_and_failures() -> None:
+    seen: list[runner.Progress] = []
+    collect = runner._EventCollector(seen.append)
+    events = [
+        {"event": "playbook_on_task_start", "event_data": {"task": "T1", "role": "r"}},
+        {
+            "event": "runner_on_ok",
+            "event_data": {"host": "n1", "task": "T1", "role": "r", "res": {"changed": True}},
+        },
+        {
+            "event": "runner_on_failed",
+            "event_data": {
+                "host": "n2",
+                "task": "T1",
+                "role": "r",
+                "res": {"msg": "disk too small"},
+            },
+        },
+        {
+            "event": "runner_on_failed",
+            "event_data": {
+                "host": "n3",
+                "task": "T1",
+                "role": "r",
+                "ignore_errors": True,
+                "res": {},
+            },
+        },
+        {
+            "event": "playbook_on_stats",
+            "event_data": {
+                "ok": {"n1": 1},
+                "changed": {"n1": 1},
+                "failures": {"n2": 1},
+                "dark": {},
+            },
+        },
+    ]
+    for event in events:
+        assert collect(event)
+    assert [p.outcome for p in seen] == [None, "changed", "failed", "ok"]
+    assert collect.failures == [runner.TaskFailure("n2", "T1", "r", "disk too small")]
+    assert collect.recap["n1"].changed == 1
+    assert collect.recap["n2"].failed == 1
