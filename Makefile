@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml
 
 lint: setup
 	@bash .ci/timed lint -- bash -c '\
-	  $(BIN)/ruff check provision tests benchmarks && \
-	  $(BIN)/ruff format --check provision tests benchmarks && \
+	  $(BIN)/ruff check provision tests $(wildcard benchmarks/*.py) && \
+	  $(BIN)/ruff format --check provision tests $(wildcard benchmarks/*.py) && \
 	  $(BIN)/mypy && \
 	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production --offline playbooks roles'
 
