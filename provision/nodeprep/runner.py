@@ -188,6 +188,10 @@ class _EventCollector:
 def _message(res: Any) -> str:
     if not isinstance(res, dict):
         return str(res)
+    items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if items:
+        # A loop's summary says only "One or more items failed": show each item's reason.
+        return " ".join(_message(item) for item in items)
     for key in ("msg", "stderr", "stdout", "module_stderr", "reason"):
         value = res.get(key)
         if value:
