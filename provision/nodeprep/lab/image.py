@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nodeprep.lab.errors import LabInputError
+from nodeprep.lab.errors import LabError, LabInputError
 from nodeprep.lab.mirror import debian_mirror
 from nodeprep.lab.proc import run_logged, run_quiet
 from nodeprep.lab.recipe import DATA_LABEL, ROOT_LABEL, Recipe
@@ -88,12 +88,35 @@ def _check_tools() -> None:
         raise LabInputError("The lab image build needs root (mmdebstrap chroots); run it as root.")
 
 
+def _mounts_under(path: Path) -> list[str]:
+    """Mount points inside path, deepest first (a killed mmdebstrap can leave its chroot's)."""
+    prefix = str(path.resolve()) + "/"
+    found = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        point = line.split()[1].replace("\\040", " ")
+        if point.startswith(prefix):
+            found.append(point)
+    return sorted(found, key=len, reverse=True)
+
+
+def remove_build_dir(path: Path) -> None:
+    """Remove a build directory, unmounting first: deleting through /dev or /proc is harmful."""
+    if not path.exists():
+        return
+    for point in _mounts_under(path):
+        log.warning("unmounting %s left by an interrupted build", point)
+        run_quiet(["umount", "--lazy", point], "umount")
+    if _mounts_under(path):
+        raise LabError(f"{path} still has mounts; unmount them and remove it by hand.")
+    shutil.rmtree(path)
+
+
 def build_image(recipe: Recipe, cache: Path) -> Image:
     """Build the image into a scratch directory, then rename it into place atomically."""
     _check_tools()
     final = cache / "images" / recipe.digest()
     work = final.with_name(final.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    remove_build_dir(work)
     work.mkdir(parents=True)
     started = time.monotonic()
     log.info("building image %s (Debian %s) in %s", recipe.digest(), recipe.distro, work)
@@ -115,7 +138,7 @@ def build_image(recipe: Recipe, cache: Path) -> Image:
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         work.rename(final)
     except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_build_dir(work)
         raise
     log.info("image %s built in %.0f s", recipe.digest(), seconds)
     return Image(final)
