@@ -149,7 +149,12 @@ def inventory(output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    output.write_text(text)
+    try:
+        output.write_text(text)
+    except OSError as error:
+        raise LabUsageError(
+            f"Cannot write the inventory to {output} ({error.strerror}); choose a writable path."
+        ) from error
     click.echo(str(output.resolve()))
 
 

@@ -72,3 +72,15 @@ def test_fault_names_unknown_node_and_nic(lab_dir: Path) -> None:
     assert result.exit_code == 2
     assert "already running" in result.output
     assert (lab_dir / "lab.json").is_file()
+
+
+def test_inventory_output_to_missing_directory(lab_dir: Path, tmp_path: Path) -> None:
+    save_state(lab_dir, LabState("trixie", "x", "tcg", "k", [NodeRecord("node1", 1, "/nx", 0)]))
+    target = tmp_path / "missing" / "lab.ini"
+    result = CliRunner().invoke(lab, ["inventory", "--output", str(target)])
+    assert result.exit_code == 2
+    assert f"Cannot write the inventory to {target}" in result.output
+    written = CliRunner().invoke(lab, ["inventory", "--output", str(tmp_path / "lab.ini")])
+    assert written.exit_code == 0
+    assert written.output.strip() == str(tmp_path / "lab.ini")
+    assert "node1 ansible_host=127.0.0.1 ansible_port=1 " in (tmp_path / "lab.ini").read_text()
