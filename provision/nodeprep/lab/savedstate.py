@@ -58,9 +58,14 @@ class SavedState:
 
 
 def state_key(image: Image, machine: Machine) -> str:
-    """Image digest + machine shape + qemu version: a restore must match all three."""
+    """Image digest + machine shape + qemu version and device layout: a restore must match all.
+
+    The layout is the node command line with placeholder paths, so a change to the virtual
+    hardware in a later nodeprep never restores a state saved on the old one.
+    """
     version = run_quiet(["qemu-system-x86_64", "--version"], "qemu version").splitlines()[0]
-    suffix = hashlib.sha256(version.encode()).hexdigest()[:8]
+    layout = qemu_argv(NodeFiles(Path("/node")), machine, Path("/kernel"), Path("/initrd"), 0)
+    suffix = hashlib.sha256("\0".join([version, *layout]).encode()).hexdigest()[:8]
     return f"{image.digest}-{machine.key()}-{suffix}"
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nodeprep.lab.image import Image
 from nodeprep.lab.node import Machine, NodeFiles, qemu_argv
+from nodeprep.lab.savedstate import state_key
 
 
 def _values(argv: list[str], flag: str) -> list[str]:
@@ -38,3 +40,12 @@ def test_accel_flags(tmp_path: Path) -> None:
     assert _values(kvm, "-m") == ["2048"]
     assert _values(kvm, "-smp") == ["4"]
     assert _values(tcg, "-qmp") == [f"unix:{tmp_path / 'qmp.sock'},server=on,wait=off"]
+
+
+def test_saved_state_key_follows_machine_shape(tmp_path: Path) -> None:
+    image = Image(tmp_path / "abc123")
+    small = state_key(image, Machine("tcg", 1024, 2))
+    assert small == state_key(image, Machine("tcg", 1024, 2))
+    assert small.startswith("abc123-tcg-m1024-c2-")
+    assert small != state_key(image, Machine("tcg", 2048, 2))
+    assert small != state_key(image, Machine("kvm", 1024, 2))
