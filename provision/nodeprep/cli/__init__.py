@@ -7,6 +7,7 @@ import logging
 import click
 
 from nodeprep import __version__
+from nodeprep.cli.lab import lab
 from nodeprep.cli.provision import provision
 
 
@@ -28,6 +29,7 @@ def cli(debug: bool) -> None:
 
 
 cli.add_command(provision)
+cli.add_command(lab)
 
 
 def main() -> None:

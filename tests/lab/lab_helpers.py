@@ -1,0 +1,37 @@
+"""What a lab test gets from the lab_node fixture: the node and ways to talk to it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodeprep.lab.ssh import SshTarget, run_ssh
+from nodeprep.lab.state import LabState
+
+
+@dataclass(frozen=True)
+class LabNode:
+    """A running one-node lab, as a test sees it."""
+
+    lab_dir: Path
+    state: LabState
+    env: dict[str, str]
+
+    @property
+    def target(self) -> SshTarget:
+        return SshTarget(self.state.nodes[0].ssh_port, Path(self.state.key))
+
+    def sh(self, command: str, timeout_s: float = 60) -> str:
+        """Run a command on the node; fail the test with its stderr when it fails."""
+        done = run_ssh(self.target, command, timeout_s=timeout_s)
+        assert done.returncode == 0, f"{command!r} failed: {done.stderr}"
+        return done.stdout
+
+    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """Run `nodeprep lab ARGV...` as a user would, in a separate process."""
+        command = [sys.executable, "-m", "nodeprep.cli.lab", *argv]
+        return subprocess.run(
+            command, capture_output=True, text=True, env=self.env, timeout=300, check=False
+        )

@@ -1,0 +1,44 @@
+"""The lab inventory must parse with Ansible's own INI parser into reachable loopback hosts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from nodeprep.lab.inventory import render_ini
+from nodeprep.lab.state import LabState, NodeRecord
+
+
+def _state(tmp_path: Path) -> LabState:
+    nodes = [NodeRecord("node1", 40001, str(tmp_path / "n1"), 11),
+             NodeRecord("node2", 40002, str(tmp_path / "n2"), 12)]  # fmt: skip
+    return LabState("trixie", "abc", "tcg", str(tmp_path / "key dir" / "id_ed25519"), nodes)
+
+
+def test_ini_lines(tmp_path: Path) -> None:
+    text = render_ini(_state(tmp_path))
+    assert text.startswith("[lab]\nnode1 ansible_host=127.0.0.1 ansible_port=40001 ")
+    assert (
+        "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'"
+        in text
+    )
+    assert "ansible_python_interpreter=/usr/bin/python3" in text
+
+
+def test_ansible_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "inv.ini"
+    path.write_text(render_ini(_state(tmp_path)))
+    inventory_cli = Path(sys.executable).with_name("ansible-inventory")
+    done = subprocess.run(
+        [str(inventory_cli), "-i", str(path), "--list"], capture_output=True, text=True, check=True
+    )
+    hostvars = json.loads(done.stdout)["_meta"]["hostvars"]
+    assert set(hostvars) == {"node1", "node2"}
+    node2 = hostvars["node2"]
+    assert node2["ansible_port"] == 40002
+    assert node2["ansible_user"] == "nodeprep"
+    assert node2["ansible_ssh_private_key_file"] == str(tmp_path / "key dir" / "id_ed25519")
+    assert node2["nodeprep_lab_bond_nics"] == ["ens4", "ens5"]
+    assert "UserKnownHostsFile=/dev/null" in node2["ansible_ssh_common_args"]
