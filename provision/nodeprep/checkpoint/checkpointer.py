@@ -64,6 +64,7 @@ class Checkpointer:
         self.config = config or {}
         self.stop_on_error = stop_on_error
         self.last_committed: SaveResult | None = None
+        self.history: list[SaveResult] = []
         self.is_writer = dist_util.rank() == 0
         self._writer: AsyncWriter | SyncWriter | None = None
         if self.is_writer:
@@ -161,6 +162,7 @@ class Checkpointer:
             return
         if result.error is None:
             self.last_committed = result
+            self.history.append(result)
             log.info(
                 "committed %s (%.2f s, %d bytes)", result.path, result.write_seconds, result.nbytes
             )

@@ -18,9 +18,12 @@ DEPTH = 4
 
 
 def hidden_width(model_mb: float) -> int:
-    """The hidden width that makes a DEPTH-layer MLP about ``model_mb`` MiB of float32."""
+    """The hidden width that makes a DEPTH-layer MLP about ``model_mb`` MiB of float32.
+
+    The DEPTH - 2 square hidden layers hold nearly all the parameters.
+    """
     params = model_mb * (1 << 20) / 4
-    return max(16, int(math.sqrt(params / (DEPTH - 1))))
+    return max(16, int(math.sqrt(params / (DEPTH - 2))))
 
 
 def build_model(model_mb: float) -> nn.Module:
