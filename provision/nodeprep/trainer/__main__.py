@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -86,12 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.threads:
         torch.set_num_threads(args.threads)
+    # cuBLAS is deterministic only with a fixed workspace; it must be set before CUDA starts.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     config = _config(args, setup_distributed(args.device))
     config.run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config)
     registered = _register(config.run_dir)
     try:
-        trainer = Trainer(config)
         result = trainer.train()
         if result.preempted:
             return EXIT_PREEMPTED
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if registered:
             contract.unregister()
+        if dist_util.active():
+            dist_util.shutdown()
 
 
 def _per_rank(path: Path) -> Path:

@@ -65,6 +65,9 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, out: TextIO = sys.stdout) -> None:
         self.config, self.out = config, out
+        # Before anything slow: an unhandled SIGUSR1 would kill the process.
+        self.flag = EmergencyFlag()
+        self.flag.install()
         self.device = torch.device(config.device)
         torch.manual_seed(config.seed)
         model = build_model(config.model_mb).to(self.device)
@@ -93,11 +96,9 @@ class Trainer:
             async_write=config.async_write,
             stop_on_error=config.stop_on_save_error,
         )
-        self.flag = EmergencyFlag()
         self.step = 0
 
     def train(self) -> TrainResult:
-        self.flag.install()
         resumed = self.checkpointer.restore()
         if resumed is None:
             torch.manual_seed(self.config.seed + 1000 * dist_util.rank())

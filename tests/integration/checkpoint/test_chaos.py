@@ -14,6 +14,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from .trainer_proc import (
     assert_bit_exact,
     load_state,
@@ -53,6 +55,7 @@ def _leftovers(ckpt_dir: Path) -> set[str]:
     return {p.name.split("-")[0] for p in ckpt_dir.iterdir() if p.name.startswith(".")}
 
 
+@pytest.mark.timeout(900)
 def test_sigkill_at_random_instants_then_resume_is_bit_exact(tmp_path: Path) -> None:
     env = trainer_env(tmp_path / "registry")
     rand = random.Random(int(os.environ.get("NODEPREP_CHAOS_SEED", "20261130")))

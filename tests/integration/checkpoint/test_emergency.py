@@ -6,6 +6,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from nodeprep import contract
 from nodeprep.checkpoint import verify
 
@@ -17,6 +19,7 @@ def _first_step_after(log: Path, instant: float) -> int:
     return min(step for step, done in times.items() if done >= instant)
 
 
+@pytest.mark.timeout(300)
 def test_sigusr1_then_sigterm_checkpoint_within_one_step(tmp_path: Path) -> None:
     registry = tmp_path / "registry"
     env = trainer_env(registry)

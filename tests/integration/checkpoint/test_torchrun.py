@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from .trainer_proc import SMALL, assert_bit_exact, load_state, trainer_env, wait_for_count
 
 STEPS, SEED = 120, 21
@@ -78,6 +80,7 @@ def _kill_job(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=60)
 
 
+@pytest.mark.timeout(600)
 def test_torchrun_two_ranks_killed_and_resumed_bit_exact(tmp_path: Path) -> None:
     env = trainer_env(tmp_path / "registry")
     env.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
