@@ -8,9 +8,9 @@ What each layer holds (payload files inside the checkpoint directory):
   bit-exact resume on its own.
 - ``light``: ``model.pt`` and ``train.pt`` only, no optimizer state (with
   Adam that is a third of the bytes). Good for evaluation, export and as a
-  last-resort warm start; resuming from it restarts the optimizer's moments,
-  so it is never bit-exact and ``restore`` uses it only when no full
-  checkpoint verifies.
+  warm start; resuming from it restarts the optimizer's moments, so it is
+  never bit-exact and ``restore`` uses it only when asked to
+  (``resume_from_light=True``) and no full checkpoint verifies.
 """
 
 from __future__ import annotations
@@ -58,11 +58,13 @@ class Checkpointer:
         keep_light: int = 2,
         async_write: bool = True,
         stop_on_error: bool = False,
+        resume_from_light: bool = False,
     ) -> None:
         self.root, self.model, self.optimizer = root, model, optimizer
         self.extras = extras or {}
         self.config = config or {}
         self.stop_on_error = stop_on_error
+        self.resume_from_light = resume_from_light
         self.last_committed: SaveResult | None = None
         self.history: list[SaveResult] = []
         self.is_writer = dist_util.rank() == 0
@@ -142,10 +144,12 @@ class Checkpointer:
         return payloads
 
     def _load_agreed(self) -> LoadedCheckpoint | None:
-        """Rank 0 chooses (newest full that verifies, else newest light); every rank loads it."""
+        """Rank 0 chooses (newest full that verifies, else newest light if allowed); all load it."""
         chosen: LoadedCheckpoint | None = None
         if self.is_writer:
-            chosen = load_latest(self.root, ("full",)) or load_latest(self.root, ("light",))
+            chosen = load_latest(self.root, ("full",))
+            if chosen is None and self.resume_from_light:
+                chosen = load_latest(self.root, ("light",))
         name = dist_util.broadcast_from_zero(chosen.path.name if chosen else None)
         if name is None or self.is_writer:
             return chosen

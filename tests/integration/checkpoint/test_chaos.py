@@ -1,9 +1,10 @@
 """Chaos: SIGKILL the real trainer at random instants, resume, and demand a bit-exact result.
 
-Several campaigns, each killed several times (during start-up, training, a
-background write, the rename or retention, wherever the instant falls) and
-then run to the end; every final state must be ``torch.equal`` to one
-uninterrupted run's.
+Several campaigns, each killed several times and then run to the end; every
+final state must be ``torch.equal`` to one uninterrupted run's. Kill instants
+are random, or aimed: during start-up/restore, the moment a ``.tmp-`` write
+directory shows (a background write in flight) or the moment a new checkpoint
+name shows (right after the rename, while retention runs).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,15 +40,50 @@ def _finish(args: list[str], env: dict[str, str], log: Path) -> None:
 def _kill_once(
     args: list[str], env: dict[str, str], log: Path, rand: random.Random, train_seconds: float
 ) -> None:
-    """One start and one SIGKILL at a random instant."""
+    """One start and one SIGKILL: at a random instant, or the moment a write or commit shows."""
+    ckpt_dir = Path(args[args.index("--run-dir") + 1]) / "checkpoints"
     proc = start(args, env, log)
-    if rand.random() < 0.2:
+    choice = rand.random()
+    if choice < 0.15:
         time.sleep(rand.uniform(0.0, 2.0))  # start-up and restore
     else:
         wait_for(log, r"^start step=", proc, timeout=120)
-        time.sleep(rand.uniform(0.0, train_seconds))
+        if choice < 0.4:
+            _poll_until(
+                ckpt_dir, lambda names: any(n.startswith(".tmp-") for n in names), train_seconds
+            )  # mid-write: payload files or manifest half done
+        elif choice < 0.6:
+            before = _names(ckpt_dir)
+            _poll_until(
+                ckpt_dir, lambda names: bool(_committed(names) - before), train_seconds
+            )  # just renamed: retention is running
+        else:
+            time.sleep(rand.uniform(0.0, train_seconds))
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
+
+
+def _committed(names: set[str]) -> set[str]:
+    return {n for n in names if n.startswith("ckpt-")}
+
+
+def _names(ckpt_dir: Path) -> set[str]:
+    try:
+        return _committed(set(os.listdir(ckpt_dir)))
+    except FileNotFoundError:
+        return set()
+
+
+def _poll_until(ckpt_dir: Path, seen: Callable[[set[str]], bool], limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            names = set(os.listdir(ckpt_dir))
+        except FileNotFoundError:
+            names = set()
+        if seen(names):
+            return
+        time.sleep(0.001)
 
 
 def _leftovers(ckpt_dir: Path) -> set[str]:
