@@ -1,0 +1,28 @@
+"""Verified, atomic, asynchronous checkpoints with bit-exact resume (see README.md here)."""
+
+from __future__ import annotations
+
+from nodeprep.checkpoint.checkpointer import Checkpointer, Stateful
+from nodeprep.checkpoint.durable import CheckpointWriteError, commit_checkpoint
+from nodeprep.checkpoint.emergency import EmergencyFlag, EmergencyRequest
+from nodeprep.checkpoint.manifest import FORMAT_VERSION, CheckpointInvalidError, verify
+from nodeprep.checkpoint.sampler import ResumableSampler
+from nodeprep.checkpoint.store import committed, load_latest, load_verified
+from nodeprep.checkpoint.writer import SaveResult
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointInvalidError",
+    "CheckpointWriteError",
+    "Checkpointer",
+    "EmergencyFlag",
+    "EmergencyRequest",
+    "ResumableSampler",
+    "SaveResult",
+    "Stateful",
+    "commit_checkpoint",
+    "committed",
+    "load_latest",
+    "load_verified",
+    "verify",
+]

@@ -1,0 +1,191 @@
+"""Writers that turn a host-memory snapshot into a committed checkpoint.
+
+``AsyncWriter`` does serialisation, hashing, fsync, the rename and retention
+in a separate *process*: in a thread the pickling and hashing would hold the
+GIL against the training loop. Tensors reach it through shared memory, so the
+only copy the trainer pays for is the snapshot itself. One save is in flight
+at most; a new request first waits for the previous one, which is also what
+makes reusing the staging buffers safe.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import queue
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as tmp
+
+from nodeprep.checkpoint.durable import CheckpointWriteError, commit_checkpoint
+from nodeprep.checkpoint.snapshot import StagingArea, flatten, unflatten
+from nodeprep.checkpoint.store import apply_retention
+
+log = logging.getLogger(__name__)
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """How one save ended: ``path`` when committed, ``error`` (one sentence) when not."""
+
+    step: int
+    layer: str
+    path: str | None
+    error: str | None
+    committed_time: float
+    write_seconds: float
+    nbytes: int
+
+
+def write_and_prune(
+    root: Path,
+    step: int,
+    layer: str,
+    payloads: dict[str, Any],
+    *,
+    keep: int,
+    extra: dict[str, Any],
+) -> SaveResult:
+    """Commit one checkpoint and apply retention only once it is committed."""
+    started = time.monotonic()
+    try:
+        path = commit_checkpoint(root, step, layer, payloads, extra)
+    except CheckpointWriteError as exc:
+        return SaveResult(step, layer, None, str(exc), time.time(), 0.0, 0)
+    committed_time = time.time()
+    elapsed = time.monotonic() - started
+    nbytes = sum(p.stat().st_size for p in path.iterdir())
+    try:
+        apply_retention(root, layer, keep)
+    except OSError as exc:
+        log.warning("retention in %s failed (%s); older checkpoints kept", root, exc)
+    return SaveResult(step, layer, str(path), None, committed_time, elapsed, nbytes)
+
+
+class SyncWriter:
+    """Writes in the calling process; the simple baseline and the fallback when forking is off."""
+
+    def __init__(self, root: Path, keep: dict[str, int]) -> None:
+        self.root, self.keep = root, keep
+        self._last: SaveResult | None = None
+
+    def submit(
+        self, step: int, layer: str, payloads: dict[str, Any], extra: dict[str, Any]
+    ) -> None:
+        self._last = write_and_prune(
+            self.root, step, layer, payloads, keep=self.keep[layer], extra=extra
+        )
+
+    def wait(self) -> SaveResult | None:
+        last, self._last = self._last, None
+        return last
+
+    def poll(self) -> SaveResult | None:
+        return self.wait()
+
+    def close(self) -> None:
+        return None
+
+
+class AsyncWriter:
+    """A background writer process fed through shared-memory staging buffers."""
+
+    def __init__(self, root: Path, keep: dict[str, int]) -> None:
+        self.root, self.keep = root, keep
+        ctx = tmp.get_context("spawn")
+        self._requests: Any = ctx.Queue()
+        self._results: Any = ctx.Queue()
+        self._process = ctx.Process(
+            target=_writer_main,
+            args=(self._requests, self._results, os.getpid()),
+            name="nodeprep-checkpoint-writer",
+            daemon=True,
+        )
+        self._process.start()
+        self._staging: dict[str, StagingArea] = {}
+        self._sent_generation: dict[str, int] = {}
+        self._in_flight = False
+        self._unread: list[SaveResult] = []
+
+    def submit(
+        self, step: int, layer: str, payloads: dict[str, Any], extra: dict[str, Any]
+    ) -> None:
+        """Snapshot ``payloads`` into shared memory and hand it over; blocks only for the copy.
+
+        A previous save still in flight is waited for first (never overlapped),
+        which is also what makes reusing the staging buffers safe.
+        """
+        if self._in_flight:
+            self._unread.append(self._receive())
+        tensors: list[torch.Tensor] = []
+        skeleton = flatten(payloads, tensors)
+        staging = self._staging.setdefault(layer, StagingArea())
+        buffers = staging.copy_in(tensors)
+        if self._sent_generation.get(layer) != staging.generation:
+            self._requests.put(("buffers", layer, buffers))
+            self._sent_generation[layer] = staging.generation
+        self._requests.put(("save", layer, step, skeleton, self.keep[layer], extra, str(self.root)))
+        self._in_flight = True
+
+    def wait(self) -> SaveResult | None:
+        """Block until the in-flight save ends; the oldest unread result, or None."""
+        if self._in_flight:
+            self._unread.append(self._receive())
+        return self._unread.pop(0) if self._unread else None
+
+    def poll(self) -> SaveResult | None:
+        """The oldest finished, unread result without blocking, or None."""
+        if self._in_flight and not self._results.empty():
+            self._unread.append(self._receive())
+        return self._unread.pop(0) if self._unread else None
+
+    def close(self) -> None:
+        """Stop the writer after the in-flight save (if any) has ended."""
+        if self._process.is_alive():
+            self._requests.put(("stop",))
+            self._process.join(timeout=600)
+        self._requests.close()
+        self._results.close()
+
+    def _receive(self) -> SaveResult:
+        while True:
+            try:
+                result: SaveResult = self._results.get(timeout=0.5)
+            except queue.Empty:
+                if not self._process.is_alive():
+                    self._in_flight = False
+                    raise CheckpointWriteError(
+                        "the checkpoint writer process died before finishing a save"
+                    ) from None
+                continue
+            self._in_flight = False
+            return result
+
+
+def _writer_main(requests: Any, results: Any, parent_pid: int) -> None:
+    """The writer process: die with the trainer, ignore terminal signals, write what it is sent."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    buffers: dict[str, list[torch.Tensor]] = {}
+    while True:
+        message = requests.get()
+        if message[0] == "stop":
+            return
+        if message[0] == "buffers":
+            buffers[message[1]] = message[2]
+            continue
+        _, layer, step, skeleton, keep, extra, root = message
+        payloads = unflatten(skeleton, buffers[layer])
+        results.put(write_and_prune(Path(root), step, layer, payloads, keep=keep, extra=extra))

@@ -1,0 +1,132 @@
+"""``python -m nodeprep.trainer``: the reference trainer that ``nodeprep verify`` kills and resumes.
+
+Exit codes: 0 the run finished its steps; 143 it saved and stopped on
+SIGTERM; 2 bad arguments; 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from nodeprep import contract
+from nodeprep.checkpoint import distributed as dist_util
+from nodeprep.trainer.loop import EXIT_PREEMPTED, TrainConfig, Trainer, setup_distributed
+from nodeprep.trainer.statehash import final_state
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m nodeprep.trainer",
+        description="Train a small model on seeded synthetic data with verified checkpoints; "
+        "resumes automatically from the newest valid checkpoint in RUN_DIR.",
+        epilog="example: python -m nodeprep.trainer --run-dir /tmp/run --steps 200 --seed 1 "
+        "--checkpoint-every 10 --full-every 50 --state-hash-out /tmp/run/hash.txt",
+    )
+    add = parser.add_argument
+    add("--run-dir", type=Path, required=True, help="checkpoints and emergency.jsonl go here")
+    add("--steps", type=int, required=True, help="total optimizer steps of the run")
+    add("--seed", type=int, default=0)
+    add("--checkpoint-every", type=int, default=50, help="a checkpoint every K steps")
+    add(
+        "--full-every",
+        type=int,
+        default=0,
+        help="a full checkpoint every M steps, light ones in between (default: every K, all full)",
+    )
+    add("--keep", type=int, default=3, help="full checkpoints to keep (light: 2)")
+    add("--model-mb", type=float, default=1.0, help="approximate float32 model size in MiB")
+    add("--batch-size", type=int, default=32)
+    add("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    add("--sync-save", action="store_true", help="write checkpoints in the training process")
+    add("--stop-on-save-error", action="store_true", help="stop instead of training on")
+    add("--log-every", type=int, default=1)
+    add("--state-hash-out", type=Path, help="write the final state's sha256 here")
+    add("--final-state-out", type=Path, help="torch.save the final state here (for tests)")
+    return parser
+
+
+def _config(args: argparse.Namespace, device: str) -> TrainConfig:
+    for name in ("steps", "checkpoint_every", "keep", "batch_size", "log_every"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
+    if args.full_every < 0 or args.model_mb <= 0:
+        raise SystemExit("--full-every must be >= 0 and --model-mb > 0")
+    return TrainConfig(
+        run_dir=args.run_dir,
+        steps=args.steps,
+        seed=args.seed,
+        checkpoint_every=args.checkpoint_every,
+        full_every=args.full_every or args.checkpoint_every,
+        keep=args.keep,
+        model_mb=args.model_mb,
+        batch_size=args.batch_size,
+        device=device,
+        async_write=not args.sync_save,
+        stop_on_save_error=args.stop_on_save_error,
+        log_every=args.log_every,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        config = _config(args, args.device)
+    except SystemExit as exc:
+        parser.error(str(exc))
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    # cuBLAS is deterministic only with a fixed workspace; it must be set before CUDA starts.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    config = _config(args, setup_distributed(args.device))
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config)
+    registered = _register(config.run_dir)
+    try:
+        result = trainer.train()
+        if result.preempted:
+            return EXIT_PREEMPTED
+        if args.state_hash_out and dist_util.rank() == 0:
+            args.state_hash_out.write_text(result.state_hash + "\n")
+        if args.final_state_out:
+            state = final_state(trainer.model, trainer.optimizer, trainer.extras)
+            torch.save(state, _per_rank(args.final_state_out))
+        return 0 if result.finished else 1
+    finally:
+        if registered:
+            contract.unregister()
+        if dist_util.active():
+            dist_util.shutdown()
+
+
+def _per_rank(path: Path) -> Path:
+    """Rank 0 writes ``path`` itself, rank r ``path.rank<r>``: each rank's RNG differs."""
+    rank = dist_util.rank()
+    return path if rank == 0 else path.with_name(f"{path.name}.rank{rank}")
+
+
+def _register(run_dir: Path) -> bool:
+    try:
+        contract.register(run_dir, time.time())
+    except OSError as exc:
+        logging.getLogger(__name__).warning(
+            "cannot register with the heartbeat watchdog (%s); set NODEPREP_RUN_DIR", exc
+        )
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

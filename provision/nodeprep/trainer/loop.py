@@ -1,0 +1,179 @@
+"""The reference training loop: resume if possible, train, checkpoint in layers, obey signals."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from nodeprep import contract
+from nodeprep.checkpoint import Checkpointer, EmergencyFlag, ResumableSampler
+from nodeprep.checkpoint import distributed as dist_util
+from nodeprep.trainer.model import SyntheticData, build_model
+from nodeprep.trainer.statehash import final_state, state_hash
+
+log = logging.getLogger(__name__)
+EXIT_PREEMPTED = 143
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    run_dir: Path
+    steps: int
+    seed: int
+    checkpoint_every: int
+    full_every: int
+    keep: int = 3
+    model_mb: float = 1.0
+    batch_size: int = 32
+    num_samples: int = 4096
+    lr: float = 1e-3
+    device: str = "cpu"
+    async_write: bool = True
+    stop_on_save_error: bool = False
+    log_every: int = 1
+
+    def layer_for(self, step: int) -> str | None:
+        """Which checkpoint (if any) is due after ``step`` completes."""
+        if self.full_every and step % self.full_every == 0:
+            return "full"
+        if self.checkpoint_every and step % self.checkpoint_every == 0:
+            return "light"
+        return None
+
+
+@dataclass
+class TrainResult:
+    finished: bool
+    step: int
+    state_hash: str
+    preempted: bool = False
+
+
+class Trainer:
+    """Owns the model, optimizer, data, checkpointer and signal flag for one run."""
+
+    def __init__(self, config: TrainConfig, out: TextIO = sys.stdout) -> None:
+        self.config, self.out = config, out
+        # Before anything slow: an unhandled SIGUSR1 would kill the process.
+        self.flag = EmergencyFlag()
+        self.flag.install()
+        self.device = torch.device(config.device)
+        torch.manual_seed(config.seed)
+        model = build_model(config.model_mb).to(self.device)
+        if dist_util.active():
+            model = nn.parallel.DistributedDataParallel(model)
+        self.model = model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+        self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, config.steps)
+        self.data = SyntheticData(config.num_samples, config.seed)
+        self.sampler = ResumableSampler(
+            config.num_samples,
+            config.batch_size,
+            config.seed,
+            dist_util.rank(),
+            dist_util.world_size(),
+        )
+        self.extras: dict[str, Any] = {"scheduler": self.scheduler, "sampler": self.sampler}
+        plain = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+        self.checkpointer = Checkpointer(
+            config.run_dir / "checkpoints",
+            self.model,
+            self.optimizer,
+            extras=self.extras,
+            config=plain,
+            keep=config.keep,
+            async_write=config.async_write,
+            stop_on_error=config.stop_on_save_error,
+        )
+        self.step = 0
+
+    def train(self) -> TrainResult:
+        resumed = self.checkpointer.restore()
+        if resumed is None:
+            torch.manual_seed(self.config.seed + 1000 * dist_util.rank())
+            random.seed(self.config.seed + 1000 * dist_util.rank())
+        self.step = resumed or 0
+        self._say(f"start step={self.step} resumed={resumed is not None}")
+        try:
+            while self.step < self.config.steps:
+                loss = self._run_batch()
+                self.step += 1
+                if self.step % self.config.log_every == 0:
+                    self._say(f"step {self.step} loss={loss:.6f} t={time.time():.6f}")
+                saved, must_exit = self._handle_emergency()
+                if must_exit:
+                    return TrainResult(False, self.step, "", preempted=True)
+                layer = self.config.layer_for(self.step)
+                if layer and not saved:
+                    self.checkpointer.save(self.step, layer)
+            if resumed != self.step and self.config.layer_for(self.step) != "full":
+                self.checkpointer.save(self.step, "full")
+            self.checkpointer.wait()
+        finally:
+            self.checkpointer.close()
+        digest = state_hash(final_state(self.model, self.optimizer, self.extras))
+        if dist_util.world_size() > 1:  # one digest over every rank's state (RNG differs by rank)
+            digest = hashlib.sha256("".join(dist_util.gather_all(digest)).encode()).hexdigest()
+        self._say(f"done step={self.step} state_sha256={digest}")
+        return TrainResult(True, self.step, digest)
+
+    def _run_batch(self) -> float:
+        self.model.train()
+        inputs, labels = self.data.batch(self.sampler.next_batch(), self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(self.model(inputs), labels)
+        loss.backward()  # type: ignore[no-untyped-call]
+        self.optimizer.step()
+        self.scheduler.step()
+        return float(loss.item())
+
+    def _handle_emergency(self) -> tuple[bool, bool]:
+        """Save now if any rank got a signal; returns (saved, the run must stop)."""
+        if not dist_util.any_rank(self.flag.peek() is not None):
+            return False, False
+        requests = [r for r in dist_util.gather_all(self.flag.take()) if r is not None]
+        first = min(requests, key=lambda r: r.signal_time)
+        must_exit = any(r.should_exit for r in requests)
+        result = self.checkpointer.save_and_wait(self.step, "full")
+        if result is not None and result.path is not None:
+            record = contract.EmergencyRecord(
+                signal=first.signal_name,
+                signal_time=first.signal_time,
+                committed_time=result.committed_time,
+                path=result.path,
+                step=self.step,
+            )
+            contract.append_emergency_record(self.config.run_dir, record)
+            self._say(
+                f"emergency checkpoint step={self.step} signal={first.signal_name} "
+                f"latency={result.committed_time - first.signal_time:.3f}s"
+            )
+        return True, must_exit
+
+    def _say(self, text: str) -> None:
+        if dist_util.rank() == 0:
+            print(text, file=self.out, flush=True)
+
+
+def setup_distributed(device: str) -> str:
+    """Join the torchrun process group if launched by torchrun; returns the device to use."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return device
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        return f"cuda:{local_rank}"
+    dist.init_process_group("gloo")
+    return device
