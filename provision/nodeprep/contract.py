@@ -48,8 +48,9 @@ class Registration:
     @classmethod
     def from_json(cls, text: str) -> Registration:
         data = json.loads(text)
-        return cls(pid=int(data["pid"]), run_dir=str(data["run_dir"]),
-                   started_at=float(data["started_at"]))
+        return cls(
+            pid=int(data["pid"]), run_dir=str(data["run_dir"]), started_at=float(data["started_at"])
+        )
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,13 @@ class EmergencyRecord:
     @classmethod
     def from_json(cls, text: str) -> EmergencyRecord:
         data = json.loads(text)
-        return cls(signal=str(data["signal"]), signal_time=float(data["signal_time"]),
-                   committed_time=float(data["committed_time"]), path=str(data["path"]),
-                   step=int(data["step"]))
+        return cls(
+            signal=str(data["signal"]),
+            signal_time=float(data["signal_time"]),
+            committed_time=float(data["committed_time"]),
+            path=str(data["path"]),
+            step=int(data["step"]),
+        )
 
 
 def register(run_dir: Path, started_at: float, registry: Path | None = None) -> Path:
