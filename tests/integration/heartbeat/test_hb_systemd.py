@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, Converge, Converger
+from hb_converge import REPO, Converge, Converger
 from hb_endpoints import Endpoint
-from nspawn import Container
+from hb_nspawn import Container
 
 pytestmark = pytest.mark.integration
 UNIT = "nodeprep-heartbeat.service"

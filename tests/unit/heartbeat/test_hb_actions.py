@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import RunningDaemon, wait_for
 from hb_endpoints import Endpoint
+from hb_support import RunningDaemon, wait_for
 
 from nodeprep import contract
 

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from conftest import RunningDaemon, wait_for
 from hb_endpoints import Endpoint
+from hb_support import RunningDaemon, wait_for
 
 
 def _probe(endpoint: Endpoint, name: str = "web", **kw: Any) -> dict[str, Any]:

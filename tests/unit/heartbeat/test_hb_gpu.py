@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import RunningDaemon, wait_for
 from fake_nvml import FakeGpu, FakeNvml
+from hb_support import RunningDaemon, wait_for
 
 from nodeprep.heartbeat import metrics
 from nodeprep.heartbeat.config import ProbeConfig, parse

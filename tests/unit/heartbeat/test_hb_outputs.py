@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import RunningDaemon, wait_for
 from hb_endpoints import Endpoint
+from hb_support import RunningDaemon, wait_for
 
 from nodeprep.heartbeat import metrics
 from nodeprep.heartbeat.sdnotify import Notifier
