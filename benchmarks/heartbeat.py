@@ -20,7 +20,6 @@ import os
 import queue
 import random
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +61,24 @@ class Hooks:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
 
+def _lane_config(index: int, url: str, hook_url: str, registry: Path) -> dict[str, Any]:
+    probe = {
+        "name": f"lane-{index}",
+        "type": "http",
+        "url": url,
+        "interval": 1,
+        "timeout": 0.5,
+        "fail_threshold": 3,
+        "recover_threshold": 2,
+    }
+    actions = {
+        "min_trip_interval_s": 0,
+        "pause_wait_s": 30,
+        "webhook": {"url": hook_url, "timeout_s": 2},
+    }
+    return {"registry_dir": str(registry), "actions": actions, "probes": [probe]}
+
+
 class Lane:
     """One daemon, its endpoint and its trainer."""
 
@@ -71,29 +88,8 @@ class Lane:
         self.run_dir = work / f"run-{index}"
         registry_root = work / f"registry-{index}"
         config = work / f"hb-{index}.json"
-        config.write_text(
-            json.dumps(
-                {
-                    "registry_dir": str(registry_root / "trainers"),
-                    "actions": {
-                        "min_trip_interval_s": 0,
-                        "pause_wait_s": 30,
-                        "webhook": {"url": hook_url, "timeout_s": 2},
-                    },
-                    "probes": [
-                        {
-                            "name": f"lane-{index}",
-                            "type": "http",
-                            "url": f"{self.endpoint.url}/",
-                            "interval": 1,
-                            "timeout": 0.5,
-                            "fail_threshold": 3,
-                            "recover_threshold": 2,
-                        }
-                    ],
-                }
-            )
-        )
+        raw = _lane_config(index, f"{self.endpoint.url}/", hook_url, registry_root / "trainers")
+        config.write_text(json.dumps(raw))
         env = dict(os.environ, NODEPREP_RUN_DIR=str(registry_root))
         argv = shlex.split(trainer_cmd.format(run_dir=self.run_dir))
         self.trainer = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
@@ -204,21 +200,16 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 faults, short soak")
-    parser.add_argument("--trainer-cmd", default=DUMMY, help="command template with {run_dir}")
-    parser.add_argument("--seed", type=int, default=5)
-    args = parser.parse_args()
-    lanes_n, faults, soak_s = (4, 20, 20.0) if args.quick else (8, 200, 60.0)
-    rng = random.Random(args.seed)
-    out: dict[str, list[float]] = {
-        k: []
-        for k in ("detect", "checkpoint", "missed", "no_checkpoint", "no_recover", "unexpected")
-    }
+def measure(
+    lanes_n: int, faults: int, soak_s: float, trainer_cmd: str, seed: int
+) -> dict[str, Any]:
+    """Fault phase on all lanes in parallel, then the slow-but-ok soak; raw figures."""
+    rng = random.Random(seed)
+    keys = ("detect", "checkpoint", "missed", "no_checkpoint", "no_recover", "unexpected")
+    out: dict[str, list[float]] = {k: [] for k in keys}
     hooks = Hooks(lanes_n)
     with tempfile.TemporaryDirectory(prefix="hb-bench-") as tmp:
-        lanes = [Lane(i, Path(tmp), hooks.url, args.trainer_cmd) for i in range(lanes_n)]
+        lanes = [Lane(i, Path(tmp), hooks.url, trainer_cmd) for i in range(lanes_n)]
         try:
             started, cpu0 = time.monotonic(), _cpu_seconds(lanes[0].daemon.pid)
             workers = [
@@ -250,42 +241,58 @@ def main() -> int:
             for lane in lanes:
                 lane.stop()
             hooks.server.shutdown()
-    trainer = (
-        "dummy (tests/unit/heartbeat/dummy_trainer.py)"
-        if args.trainer_cmd == DUMMY
-        else args.trainer_cmd
-    )
-    detect, ckpt = out["detect"], out["checkpoint"]
+    return {**out, "false_trips": false_trips, "wall": wall, "cpu_pct": cpu_pct, "rss_mb": rss_mb}
+
+
+def report(res: dict[str, Any], lanes_n: int, soak_s: float, trainer: str) -> None:
+    """Figures for people, then the one-line JSON summary."""
+    detect, ckpt = res["detect"], res["checkpoint"]
     print(
-        f"lanes: {lanes_n} daemons in parallel; faults injected: {len(detect) + len(out['missed'])}"
-        f" ({', '.join(FAULTS)}); interval 1 s, timeout 0.5 s, threshold 3"
+        f"lanes: {lanes_n} daemons in parallel; faults injected: "
+        f"{len(detect) + len(res['missed'])} ({', '.join(FAULTS)}); "
+        "interval 1 s, timeout 0.5 s, threshold 3"
     )
     print(
         f"detection: p50 {_pct(detect, 0.5):.3f} s, p99 {_pct(detect, 0.99):.3f} s, "
-        f"max {max(detect, default=float('nan')):.3f} s, median {statistics.median(detect):.3f}"
-        f" s; missed {len(out['missed'])}"
+        f"max {max(detect, default=float('nan')):.3f} s; missed {len(res['missed'])}"
     )
     print(
         f"detection -> committed checkpoint ({trainer}): p50 {_pct(ckpt, 0.5):.3f} s, "
-        f"p99 {_pct(ckpt, 0.99):.3f} s; missing {len(out['no_checkpoint'])}"
+        f"p99 {_pct(ckpt, 0.99):.3f} s; missing {len(res['no_checkpoint'])}"
     )
     print(
-        f"slow-but-ok soak {soak_s:.0f} s x {lanes_n} daemons: {false_trips} false trips; "
-        f"recoveries missed {len(out['no_recover'])}"
+        f"slow-but-ok soak {soak_s:.0f} s x {lanes_n} daemons, plus the fault phase: "
+        f"{res['false_trips']} false trips; recoveries missed {len(res['no_recover'])}"
     )
-    print(f"daemon cost (lane 0 over {wall:.0f} s): CPU {cpu_pct:.2f} %, peak RSS {rss_mb:.1f} MB")
+    print(
+        f"daemon cost (lane 0 over {res['wall']:.0f} s): CPU {res['cpu_pct']:.2f} %, "
+        f"peak RSS {res['rss_mb']:.1f} MB"
+    )
     print(
         json.dumps(
             {
                 "detect_p50_s": round(_pct(detect, 0.5), 3),
                 "detect_p99_s": round(_pct(detect, 0.99), 3),
                 "detect_to_checkpoint_p99_s": round(_pct(ckpt, 0.99), 3),
-                "false_trips": false_trips,
-                "cpu_pct": round(cpu_pct, 2),
-                "rss_mb": round(rss_mb, 1),
+                "false_trips": res["false_trips"],
+                "cpu_pct": round(res["cpu_pct"], 2),
+                "rss_mb": round(res["rss_mb"], 1),
+                "trainer": "dummy" if trainer.startswith("dummy") else trainer,
             }
         )
     )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 faults, short soak")
+    parser.add_argument("--trainer-cmd", default=DUMMY, help="command template with {run_dir}")
+    parser.add_argument("--seed", type=int, default=5)
+    args = parser.parse_args()
+    lanes_n, faults, soak_s = (4, 20, 20.0) if args.quick else (8, 200, 60.0)
+    res = measure(lanes_n, faults, soak_s, args.trainer_cmd, args.seed)
+    dummy = args.trainer_cmd == DUMMY
+    report(res, lanes_n, soak_s, "dummy (tests/unit/heartbeat)" if dummy else args.trainer_cmd)
     return 0
 
 

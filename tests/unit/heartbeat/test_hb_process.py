@@ -9,8 +9,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hb_endpoints import Endpoint
 
 
@@ -26,26 +28,20 @@ def _recv_all(sock: socket.socket, seconds: float) -> list[bytes]:
     return got
 
 
-def test_daemon_process_notifies_systemd_and_stops_pinging_when_frozen(
+@pytest.fixture
+def notified_daemon(
     endpoint: Endpoint, tmp_path: Path
-) -> None:
+) -> Iterator[tuple[subprocess.Popen[str], socket.socket]]:
+    """The daemon as a subprocess with NOTIFY_SOCKET on a socket the test reads."""
+    probe = {
+        "name": "web",
+        "type": "http",
+        "url": f"{endpoint.url}/",
+        "interval": 0.5,
+        "timeout": 0.3,
+    }
     cfg = tmp_path / "hb.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "registry_dir": str(tmp_path / "trainers"),
-                "probes": [
-                    {
-                        "name": "web",
-                        "type": "http",
-                        "url": f"{endpoint.url}/",
-                        "interval": 0.5,
-                        "timeout": 0.3,
-                    }
-                ],
-            }
-        )
-    )
+    cfg.write_text(json.dumps({"registry_dir": str(tmp_path / "trainers"), "probes": [probe]}))
     sock_path = str(tmp_path / "notify.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(sock_path)
@@ -56,24 +52,30 @@ def test_daemon_process_notifies_systemd_and_stops_pinging_when_frozen(
         text=True,
     )
     try:
-        sock.settimeout(10)
-        assert sock.recv(4096).startswith(b"READY=1\n")
-        running = _recv_all(sock, 1.0)
-        assert running.count(b"WATCHDOG=1") >= 3
-        os.kill(proc.pid, signal.SIGSTOP)
-        time.sleep(0.1)
-        _recv_all(sock, 0.05)
-        assert b"WATCHDOG=1" not in _recv_all(sock, 1.0)
-        os.kill(proc.pid, signal.SIGCONT)
-        assert b"WATCHDOG=1" in _recv_all(sock, 1.0)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
-        assert b"STOPPING=1" in _recv_all(sock, 0.5)
+        yield proc, sock
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         sock.close()
+
+
+def test_daemon_process_notifies_systemd_and_stops_pinging_when_frozen(
+    notified_daemon: tuple[subprocess.Popen[str], socket.socket],
+) -> None:
+    proc, sock = notified_daemon
+    sock.settimeout(10)
+    assert sock.recv(4096).startswith(b"READY=1\n")
+    assert _recv_all(sock, 1.0).count(b"WATCHDOG=1") >= 3
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(0.1)
+    _recv_all(sock, 0.05)
+    assert b"WATCHDOG=1" not in _recv_all(sock, 1.0)
+    os.kill(proc.pid, signal.SIGCONT)
+    assert b"WATCHDOG=1" in _recv_all(sock, 1.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    assert b"STOPPING=1" in _recv_all(sock, 0.5)
     assert proc.stderr is not None
     log = proc.stderr.read()
     assert "heartbeat started: probes web(http)" in log
