@@ -218,7 +218,7 @@ def measure(
                     args=(
                         lane,
                         hooks.queues[lane.index],
-                        faults // lanes_n,
+                        -(-faults // lanes_n),
                         out,
                         random.Random(rng.random()),
                     ),
@@ -288,8 +288,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="20 faults, short soak")
     parser.add_argument("--trainer-cmd", default=DUMMY, help="command template with {run_dir}")
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--lanes", type=int, help="daemons in parallel (default 8, quick 4)")
     args = parser.parse_args()
     lanes_n, faults, soak_s = (4, 20, 20.0) if args.quick else (8, 200, 60.0)
+    lanes_n = args.lanes or lanes_n
     res = measure(lanes_n, faults, soak_s, args.trainer_cmd, args.seed)
     dummy = args.trainer_cmd == DUMMY
     report(res, lanes_n, soak_s, "dummy (tests/unit/heartbeat)" if dummy else args.trainer_cmd)

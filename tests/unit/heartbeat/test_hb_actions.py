@@ -63,7 +63,7 @@ def test_sigusr1_reaches_every_registered_trainer_which_commits_a_checkpoint(
     latency = wait_for(
         lambda: hb.daemon.actions.ledger.last_checkpoint_latency_s, 5, "the checkpoint latency"
     )
-    assert 0 < latency < 2
+    assert 0 < latency < 10  # signal -> next step boundary -> fsync; seconds only if stuck
     assert hb.daemon.actions.ledger.total["signal_trainer"] == 2
     assert first.poll() is None
     assert second.poll() is None

@@ -44,7 +44,7 @@ def test_http_modes(endpoint: Endpoint, mode: str, ok: bool, evidence: str) -> N
     out = attempt()
     assert out.ok is ok
     assert evidence in out.evidence
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5  # bounded by the 0.5 s timeout, not the 30 s hang
     if mode == "slow":
         assert out.latency_s >= endpoint.slow_s
 
@@ -123,7 +123,7 @@ def test_tcp_connect_that_hangs_is_bounded_by_timeout(full_backlog: int) -> None
     out = probes.tcp_attempt(_cfg("tcp", host="127.0.0.1", port=full_backlog))()
     assert not out.ok
     assert "timed out" in out.evidence
-    assert 0.4 < out.latency_s < 1.0
+    assert 0.4 < out.latency_s < 5
 
 
 def test_writable_path(tmp_path: Path) -> None:
