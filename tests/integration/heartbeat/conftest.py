@@ -29,6 +29,28 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return next(out.glob("nodeprep-*.whl"))
 
 
+@pytest.fixture(scope="session")
+def nvml_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """nvidia-ml-py from the package index, to be installed on the node offline."""
+    out = tmp_path_factory.mktemp("nvml")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "nvidia-ml-py>=12",
+            "-d",
+            str(out),
+        ],
+        check=True,
+        timeout=300,
+    )
+    return next(out.glob("nvidia_ml_py-*.whl"))
+
+
 @pytest.fixture(scope="module")
 def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     missing = [tool for tool in NEEDED if shutil.which(tool) is None]

@@ -59,6 +59,11 @@ def _vars(wheel: Path, endpoint: Endpoint, **override: Any) -> dict[str, Any]:
     return variables
 
 
+@pytest.fixture(scope="module")
+def role_vars(wheel: Path, endpoint: Endpoint) -> dict[str, Any]:
+    return _vars(wheel, endpoint)
+
+
 def _show(box: Container, prop: str) -> str:
     return box.sh(f"systemctl show -P {prop} {UNIT}").stdout.strip()
 
@@ -110,11 +115,9 @@ def test_second_converge_changes_nothing(
 
 
 def test_sandbox_exposure_is_at_most_2(container: Container, first: Converge) -> None:
-    out = container.sh(f"systemd-analyze security --no-pager {UNIT}", check=False).stdout
-    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", out)
-    assert found, out[-3000:]
-    print(f"systemd-analyze security exposure: {found.group(1)}")
-    assert float(found.group(1)) <= 2.0, out
+    exposure = _exposure(container)
+    print(f"systemd-analyze security exposure: {exposure}")
+    assert exposure <= 2.0
 
 
 def test_sigusr1_reaches_a_trainer_running_as_another_user(
@@ -189,3 +192,36 @@ def test_bad_config_is_refused_and_the_daemon_keeps_running(
     assert (container.root / CONFIG.lstrip("/")).read_bytes() == before
     assert _show(container, "MainPID") == pid
     assert _show(container, "ActiveState") == "active"
+
+
+def _exposure(box: Container) -> float:
+    out = box.sh(f"systemd-analyze security --no-pager {UNIT}", check=False).stdout
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", out)
+    assert found, out[-3000:]
+    return float(found.group(1))
+
+
+def test_with_nvml_the_real_library_reports_no_driver_and_stays_hardened(
+    container: Container,
+    first: Converge,
+    converge: Converger,
+    role_vars: dict[str, Any],
+    nvml_wheel: Path,
+) -> None:
+    pid = _show(container, "MainPID")
+    result = converge(
+        {**role_vars, "heartbeat_nvml_enabled": True, "heartbeat_nvml_wheel": str(nvml_wheel)}
+    )
+    assert result.rc == 0, result.output[-4000:]
+    _wait(container, lambda: _show(container, "MainPID") not in ("0", pid), 30, "a restart")
+    prom = container.root / "var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom"
+    reason = 'nodeprep_heartbeat_gpu_check_skipped{reason="no NVIDIA driver"} 1'
+    _wait(
+        container,
+        lambda: prom.exists() and reason in prom.read_text(),
+        20,
+        "the real pynvml to report the missing driver",
+    )
+    exposure = _exposure(container)
+    print(f"systemd-analyze security exposure with NVML devices allowed: {exposure}")
+    assert exposure <= 2.0
