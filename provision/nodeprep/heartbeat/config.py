@@ -1,0 +1,275 @@
+"""Load and validate the daemon's JSON config; every error names the key that caused it.
+
+The role renders this file with ``to_nice_json`` and runs ``--check-config`` on it before
+it replaces the live one, so the messages here are what an operator sees on a bad change.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodeprep import contract
+
+PROBE_TYPES = ("http", "imds", "spot_notice", "tcp", "writable", "gpu")
+DEFAULT_METADATA_URL = "http://169.254.169.254"
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; ``str()`` is one sentence naming the key and the fix."""
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """One probe: common scheduling fields plus the type-specific ones it uses."""
+
+    name: str
+    type: str
+    interval: float
+    timeout: float
+    fail_threshold: int
+    recover_threshold: int
+    url: str = ""
+    expect_status: tuple[int, ...] = (200,)
+    host: str = ""
+    port: int = 0
+    path: str = ""
+    token_ttl: int = 21600
+    max_temp_c: float = 85.0
+    max_memory_ratio: float = 0.99
+    min_utilization_ratio: float | None = None
+    max_ecc_uncorrected: int = 0
+
+
+@dataclass(frozen=True)
+class ActionsConfig:
+    """What to do when a probe fails or a notice arrives."""
+
+    signal_trainers: bool = True
+    pause_trainers: bool = False
+    pause_wait_s: float = 60.0
+    min_trip_interval_s: float = 30.0
+    tmux_session: str | None = None
+    tmux_socket: str | None = None
+    tmux_keys: tuple[str, ...] = ("C-c",)
+    webhook_url: str | None = None
+    webhook_timeout_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole daemon configuration."""
+
+    probes: tuple[ProbeConfig, ...]
+    actions: ActionsConfig = field(default_factory=ActionsConfig)
+    metrics_path: Path | None = None
+    metrics_interval_s: float = 5.0
+    registry_dir: Path = field(default_factory=contract.registry_dir)
+
+
+class _Section:
+    """A dict being read under a key path; unread keys are reported as unknown."""
+
+    def __init__(self, data: object, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}.")
+        self.data: dict[str, Any] = data
+        self.where = where
+        self.seen: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+        self.seen.add(name)
+        value = self.data.get(name, default)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        bool_ok = bool in kinds or not isinstance(value, bool)
+        if value is None or (isinstance(value, kinds) and bool_ok):
+            return value
+        names = " or ".join(k.__name__ for k in kinds)
+        raise ConfigError(f"{self.key(name)}: expected {names}, got {value!r}.")
+
+    def positive(self, name: str, default: float) -> float:
+        value = float(self.get(name, (int, float), default))
+        if value <= 0:
+            raise ConfigError(f"{self.key(name)}: must be a positive number, got {value:g}.")
+        return value
+
+    def count(self, name: str, default: int) -> int:
+        value = int(self.get(name, int, default))
+        if value < 1:
+            raise ConfigError(f"{self.key(name)}: must be an integer of 1 or more, got {value}.")
+        return value
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            raise ConfigError(
+                f"{self.key(unknown[0])}: unknown key; remove it or fix its spelling."
+            )
+
+
+def _probe(raw: object, where: str) -> ProbeConfig:
+    sec = _Section(raw, where)
+    kind = sec.get("type", str)
+    if kind not in PROBE_TYPES:
+        raise ConfigError(
+            f"{sec.key('type')}: unknown probe type {kind!r}; use one of {', '.join(PROBE_TYPES)}."
+        )
+    name = sec.get("name", str) or ""
+    if not name:
+        raise ConfigError(f"{sec.key('name')}: every probe needs a non-empty name.")
+    interval = sec.positive("interval", 5.0)
+    timeout = sec.positive("timeout", min(2.0, interval))
+    if timeout > interval:
+        raise ConfigError(
+            f"{sec.key('timeout')}: {timeout:g} s exceeds the interval {interval:g} s."
+        )
+    common: dict[str, Any] = {
+        "name": name,
+        "type": kind,
+        "interval": interval,
+        "timeout": timeout,
+        "fail_threshold": sec.count("fail_threshold", 3),
+        "recover_threshold": sec.count("recover_threshold", 2),
+    }
+    common.update(_TYPED[kind](sec))
+    sec.finish()
+    return ProbeConfig(**common)
+
+
+def _http_fields(sec: _Section) -> dict[str, Any]:
+    url = sec.get("url", str)
+    if not url or not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{sec.key('url')}: needs an http:// or https:// URL, got {url!r}.")
+    statuses = sec.get("expect_status", (int, list), 200)
+    statuses = [statuses] if isinstance(statuses, int) else statuses
+    if not statuses or not all(isinstance(s, int) and 100 <= s <= 599 for s in statuses):
+        raise ConfigError(
+            f"{sec.key('expect_status')}: must be HTTP status codes, got {statuses!r}."
+        )
+    return {"url": url, "expect_status": tuple(statuses)}
+
+
+def _metadata_fields(sec: _Section) -> dict[str, Any]:
+    url = sec.get("url", str, DEFAULT_METADATA_URL)
+    if not url.startswith("http://"):
+        raise ConfigError(f"{sec.key('url')}: the metadata service is plain http://, got {url!r}.")
+    fields: dict[str, Any] = {"url": url.rstrip("/"), "token_ttl": sec.count("token_ttl", 21600)}
+    if sec.data.get("type") == "imds":
+        fields["path"] = sec.get("path", str, "/latest/meta-data/")
+    return fields
+
+
+def _tcp_fields(sec: _Section) -> dict[str, Any]:
+    host = sec.get("host", str)
+    port = sec.get("port", int)
+    if not host:
+        raise ConfigError(f"{sec.key('host')}: a tcp probe needs a host name or address.")
+    if port is None or not 0 < port < 65536:
+        raise ConfigError(f"{sec.key('port')}: must be a TCP port 1-65535, got {port!r}.")
+    return {"host": host, "port": port}
+
+
+def _writable_fields(sec: _Section) -> dict[str, Any]:
+    path = sec.get("path", str)
+    if not path or not Path(path).is_absolute():
+        raise ConfigError(f"{sec.key('path')}: needs an absolute directory path, got {path!r}.")
+    if not Path(path).is_dir():
+        raise ConfigError(
+            f"{sec.key('path')}: {path} is not a directory; create it or fix the path."
+        )
+    return {"path": path}
+
+
+def _gpu_fields(sec: _Section) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "max_temp_c": sec.positive("max_temp_c", 85.0),
+        "max_memory_ratio": sec.positive("max_memory_ratio", 0.99),
+        "max_ecc_uncorrected": int(sec.get("max_ecc_uncorrected", int, 0)),
+    }
+    util = sec.get("min_utilization_ratio", (int, float))
+    fields["min_utilization_ratio"] = None if util is None else float(util)
+    return fields
+
+
+_TYPED = {
+    "http": _http_fields,
+    "imds": _metadata_fields,
+    "spot_notice": _metadata_fields,
+    "tcp": _tcp_fields,
+    "writable": _writable_fields,
+    "gpu": _gpu_fields,
+}
+
+
+def _actions(raw: object) -> ActionsConfig:
+    sec = _Section(raw, "actions")
+    tmux = _Section(sec.get("tmux", dict, {}), "actions.tmux")
+    hook = _Section(sec.get("webhook", dict, {}), "actions.webhook")
+    keys = tmux.get("keys", list, ["C-c"])
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise ConfigError(f"{tmux.key('keys')}: must be a list of tmux key names, got {keys!r}.")
+    url = hook.get("url", str)
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{hook.key('url')}: needs an http:// or https:// URL, got {url!r}.")
+    actions = ActionsConfig(
+        signal_trainers=bool(sec.get("signal_trainers", bool, True)),
+        pause_trainers=bool(sec.get("pause_trainers", bool, False)),
+        pause_wait_s=sec.positive("pause_wait_s", 60.0),
+        min_trip_interval_s=float(sec.get("min_trip_interval_s", (int, float), 30.0)),
+        tmux_session=tmux.get("session", str),
+        tmux_socket=tmux.get("socket", str),
+        tmux_keys=tuple(keys),
+        webhook_url=url,
+        webhook_timeout_s=hook.positive("timeout_s", 2.0),
+    )
+    for section in (tmux, hook, sec):
+        section.finish()
+    return actions
+
+
+def parse(data: object) -> Config:
+    """Validate a decoded config document."""
+    top = _Section(data, "")
+    raw_probes = top.get("probes", list)
+    if not raw_probes:
+        raise ConfigError("probes: list at least one probe.")
+    probes = tuple(_probe(raw, f"probes[{i}]") for i, raw in enumerate(raw_probes))
+    names = [p.name for p in probes]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"probes[{i}].name: {name!r} is used twice; names must be unique.")
+    metrics = _Section(top.get("metrics", dict, {}), "metrics")
+    metrics_path = metrics.get("path", str)
+    if metrics_path is not None and not Path(metrics_path).parent.is_dir():
+        raise ConfigError(
+            f"metrics.path: directory {Path(metrics_path).parent} does not exist; create it first."
+        )
+    registry = top.get("registry_dir", str)
+    config = Config(
+        probes=probes,
+        actions=_actions(top.get("actions", dict, {})),
+        metrics_path=Path(metrics_path) if metrics_path else None,
+        metrics_interval_s=metrics.positive("interval_s", 5.0),
+        registry_dir=Path(registry) if registry else contract.registry_dir(),
+    )
+    metrics.finish()
+    top.finish()
+    return config
+
+
+def load(path: Path) -> Config:
+    """Read and validate the config file at ``path``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config file ({err.strerror}).") from err
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not valid JSON at line {err.lineno}: {err.msg}.") from err
+    return parse(data)

@@ -1,0 +1,72 @@
+"""Fixtures for the systemd tier: the wheel, a booted container, converging the role."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hb_converge import REPO, Converger
+from hb_nspawn import Container, rootfs_tarball
+
+sys.path.insert(0, str(REPO / "tests" / "unit" / "heartbeat"))
+NEEDED = ("systemd-nspawn", "nsenter", "mmdebstrap")
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This checkout as a wheel, the way an operator would ship it to nodes."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(REPO), "-w", str(out)],
+        check=True,
+        timeout=300,
+    )
+    return next(out.glob("nodeprep-*.whl"))
+
+
+@pytest.fixture(scope="session")
+def nvml_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """nvidia-ml-py from the package index, to be installed on the node offline."""
+    out = tmp_path_factory.mktemp("nvml")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "nvidia-ml-py>=12",
+            "-d",
+            str(out),
+        ],
+        check=True,
+        timeout=300,
+    )
+    return next(out.glob("nvidia_ml_py-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
+    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
+    if missing or os.geteuid() != 0:
+        pytest.fail(
+            f"the systemd tier needs root and {', '.join(NEEDED)}; missing: "
+            f"{', '.join(missing) or 'root'} (apt-get install systemd-container mmdebstrap)"
+        )
+    box = Container.from_tarball(rootfs_tarball(), tmp_path_factory.mktemp("node"))
+    try:
+        box.boot()
+        yield box
+    finally:
+        box.stop()
+
+
+@pytest.fixture(scope="module")
+def converge(container: Container, tmp_path_factory: pytest.TempPathFactory) -> Converger:
+    return Converger(container, tmp_path_factory.mktemp("ansible"))

@@ -1,0 +1,122 @@
+"""The loop end to end in-process: detection, recovery, no false trips, hung endpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hb_endpoints import Endpoint
+from hb_support import RunningDaemon, wait_for
+
+
+def _probe(endpoint: Endpoint, name: str = "web", **kw: Any) -> dict[str, Any]:
+    probe = {
+        "name": name,
+        "type": "http",
+        "url": f"{endpoint.url}/health",
+        "interval": 0.3,
+        "timeout": 0.2,
+        "fail_threshold": 3,
+        "recover_threshold": 2,
+    }
+    probe.update(kw)
+    return probe
+
+
+def _runs(observed: list[tuple[float, str, bool, str]], probe: str) -> list[tuple[bool, str]]:
+    return [(ok, state) for _, name, ok, state in observed if name == probe]
+
+
+def test_detects_after_n_failures_and_recovers_after_m_successes(
+    endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
+) -> None:
+    hb = run_daemon({"probes": [_probe(endpoint)]})
+    wait_for(lambda: hb.state("web") == "healthy" and hb.observed, 5, "first success")
+    endpoint.set_mode("refuse")
+    wait_for(lambda: hb.trips, 5, "a trip")
+    endpoint.set_mode("ok")
+    wait_for(lambda: hb.daemon.actions.ledger.total.get("recover"), 5, "recovery")
+    seq = _runs(hb.observed, "web")
+    first_fail = next(i for i, (ok, _) in enumerate(seq) if not ok)
+    assert [s for _, s in seq[first_fail : first_fail + 3]] == ["suspect", "suspect", "failed"]
+    first_ok = next(i for i in range(first_fail, len(seq)) if seq[i][0])
+    assert [s for _, s in seq[first_ok : first_ok + 2]] == ["failed", "healthy"]
+    assert len(hb.trips) == 1
+    assert "connection refused" in hb.trips[0][2]
+
+
+def test_slow_but_ok_and_single_blips_never_trip(
+    endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
+) -> None:
+    endpoint.slow_s = 0.15
+    hb = run_daemon({"probes": [_probe(endpoint)]})
+    endpoint.set_mode("slow")
+    time.sleep(2.0)
+    for _ in range(4):
+        endpoint.set_mode("error")
+        wait_for(lambda: hb.state("web") == "suspect", 3, "a blip to be seen")
+        endpoint.set_mode("slow")
+        wait_for(lambda: hb.state("web") == "healthy", 3, "the blip to clear")
+    assert hb.trips == []
+    seq = _runs(hb.observed, "web")
+    assert sum(1 for ok, _ in seq if not ok) >= 4
+    assert sum(1 for ok, _ in seq if ok) >= 6
+
+
+def test_spot_notice_trips_on_first_sight(
+    endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
+) -> None:
+    hb = run_daemon(
+        {
+            "probes": [
+                {
+                    "name": "spot",
+                    "type": "spot_notice",
+                    "url": endpoint.url,
+                    "interval": 0.3,
+                    "timeout": 0.2,
+                    "fail_threshold": 5,
+                }
+            ]
+        }
+    )
+    wait_for(lambda: hb.observed, 5, "first answer")
+    endpoint.set_mode("spot")
+    wait_for(lambda: hb.trips, 3, "a trip on the notice")
+    assert len(hb.trips) == 1
+    assert "spot instance-action notice" in hb.trips[0][2]
+    assert next(s for ok, s in _runs(hb.observed, "spot") if not ok) == "failed"
+
+
+def test_a_hung_endpoint_stalls_neither_the_loop_nor_other_probes(
+    endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
+) -> None:
+    other = Endpoint().start()
+    try:
+        hb = run_daemon(
+            {
+                "probes": [
+                    _probe(endpoint, "hung"),
+                    {
+                        "name": "gw",
+                        "type": "tcp",
+                        "host": "127.0.0.1",
+                        "port": other.port,
+                        "interval": 0.3,
+                        "timeout": 0.2,
+                    },
+                ]
+            }
+        )
+        wait_for(lambda: hb.observed, 5, "first answer")
+        endpoint.set_mode("hang")
+        start = time.time()
+        time.sleep(2.4)
+        during = [(n, ok) for t, n, ok, _ in hb.observed if t > start + 0.3]
+        assert sum(1 for n, ok in during if n == "gw" and ok) >= 4
+        assert sum(1 for n, ok in during if n == "hung" and not ok) >= 4
+        assert hb.state("hung") == "failed"
+        assert hb.state("gw") == "healthy"
+    finally:
+        other.stop()
