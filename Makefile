@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup system-packages lint test test-unit test-integration test-lab demo clean
+.PHONY: setup system-packages lint test test-unit test-integration test-lab demo demo-down clean
 
 setup: system-packages $(STAMP)
 
@@ -38,9 +38,13 @@ test-lab: setup
 
 test: lint test-unit test-integration test-lab
 
+# The main job on the embedded default target: a lab VM (kept running; `make demo-down` ends it).
 demo: setup
-	@$(BIN)/nodeprep provision examples/localhost.ini --tags preflight --check \
-	  -e ansible_python_interpreter=$(CURDIR)/$(BIN)/python -e preflight_time_sync_required=false
+	@$(BIN)/nodeprep lab status >/dev/null 2>&1 || $(BIN)/nodeprep lab up
+	@$(BIN)/nodeprep provision "$$($(BIN)/nodeprep lab inventory --output .lab-inventory.ini)"
+
+demo-down: setup
+	@$(BIN)/nodeprep lab down
 
 clean:
 	rm -rf $(VENV) build dist
