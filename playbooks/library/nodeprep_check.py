@@ -1,0 +1,64 @@
+#!/usr/bin/python
+"""Record one verify check: the result shape every check in nodeprep verify reports."""
+
+from __future__ import annotations
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: nodeprep_check
+short_description: Report one nodeprep verify check as pass, fail or skip.
+description:
+  - Turns evidence gathered by earlier tasks into one check result, returned under
+    C(nodeprep_check) so that the nodeprep runner collects it into the verify report.
+  - A failed check does not fail the task, so the host's remaining checks still run;
+    the report and the exit code carry the failure.
+options:
+  check:
+    description: Dotted check name, role first (for example C(tmux.version)).
+    type: str
+    required: true
+  passed:
+    description: Whether the evidence meets the expectation. Ignored when I(skip) is set.
+    type: bool
+    default: false
+  skip:
+    description: Why the check cannot apply on this host; a skip is never a pass.
+    type: str
+  detail:
+    description: What was seen, in one sentence; on failure also what to do about it.
+    type: str
+    required: true
+  since:
+    description: Epoch seconds when the check's evidence gathering started (for timing).
+    type: float
+"""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "check": {"type": "str", "required": True},
+            "passed": {"type": "bool", "default": False},
+            "skip": {"type": "str"},
+            "detail": {"type": "str", "required": True},
+            "since": {"type": "float"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["skip"]:
+        status = "skip"
+        detail = params["skip"]
+    else:
+        status = "pass" if params["passed"] else "fail"
+        detail = params["detail"]
+    seconds = round(time.time() - params["since"], 3) if params["since"] else 0.0
+    result = {"check": params["check"], "status": status, "detail": detail, "seconds": seconds}
+    module.exit_json(changed=False, nodeprep_check=result, msg=f"{params['check']}: {status}")
+
+
+if __name__ == "__main__":
+    main()
