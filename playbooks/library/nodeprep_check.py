@@ -34,6 +34,12 @@ options:
   since:
     description: Epoch seconds when the check's evidence gathering started (for timing).
     type: float
+  strict:
+    description:
+      - Fail the task when the check fails. Set through C(module_defaults) where a failed
+        check must stop the host, as the rolling provision does between batches.
+    type: bool
+    default: false
 """
 
 
@@ -45,6 +51,7 @@ def main() -> None:
             "skip": {"type": "str"},
             "detail": {"type": "str", "required": True},
             "since": {"type": "float"},
+            "strict": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -57,6 +64,8 @@ def main() -> None:
         detail = params["detail"]
     seconds = round(time.time() - params["since"], 3) if params["since"] else 0.0
     result = {"check": params["check"], "status": status, "detail": detail, "seconds": seconds}
+    if status == "fail" and params["strict"]:
+        module.fail_json(msg=f"check {params['check']} failed: {detail}", nodeprep_check=result)
     module.exit_json(changed=False, nodeprep_check=result, msg=f"{params['check']}: {status}")
 
 

@@ -78,12 +78,21 @@ class TaskFailure:
 
 
 @dataclass
+class PlayBatch:
+    """One start of a play: with `serial`, each batch of hosts starts the play again."""
+
+    name: str
+    hosts: list[str] = field(default_factory=list)
+
+
+@dataclass
 class RunResult:
     status: str
     rc: int
     recap: dict[str, HostRecap]
     failures: list[TaskFailure]
     results: list[dict[str, Any]] = field(default_factory=list)
+    plays: list[PlayBatch] = field(default_factory=list)
 
     @property
     def unreachable_hosts(self) -> list[str]:
@@ -138,12 +147,15 @@ class _EventCollector:
         self.recap: dict[str, HostRecap] = {}
         self.failures: list[TaskFailure] = []
         self.results: list[dict[str, Any]] = []
+        self.plays: list[PlayBatch] = []
 
     def __call__(self, event: dict[str, Any]) -> bool:
         data = event.get("event_data") or {}
         name = event.get("event", "")
         task, role = str(data.get("task", "")), str(data.get("role", ""))
-        if name == "playbook_on_task_start":
+        if name == "playbook_on_play_start":
+            self.plays.append(PlayBatch(str(data.get("name") or data.get("play") or "")))
+        elif name == "playbook_on_task_start":
             self._emit(Progress(task=task, role=role))
         elif name in _OUTCOMES:
             self._host_event(name, data, task, role)
@@ -155,6 +167,8 @@ class _EventCollector:
         host = str(data.get("host", ""))
         res = data.get("res") or {}
         outcome = _OUTCOMES[name]
+        if self.plays and host not in self.plays[-1].hosts:
+            self.plays[-1].hosts.append(host)
         if outcome == "ok" and res.get("changed"):
             outcome = "changed"
         if outcome == "failed" and data.get("ignore_errors"):
@@ -215,6 +229,7 @@ def run(request: RunRequest, on_progress: Callable[[Progress], None] | None = No
             recap=collector.recap,
             failures=collector.failures,
             results=collector.results,
+            plays=collector.plays,
         )
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)

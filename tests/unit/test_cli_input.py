@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeprep import runner
+from nodeprep import runner, wheel
 from nodeprep.cli import cli
 
 
@@ -21,6 +21,8 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[runner.RunRequest]:
         return runner.RunResult(status="successful", rc=0, recap={}, failures=[])
 
     monkeypatch.setattr(runner, "run", record)
+    # Building the controller's wheel is covered by the integration tier; not needed here.
+    monkeypatch.setattr(wheel, "controller_wheel", lambda cache: None)
     return started
 
 
@@ -143,7 +145,13 @@ def test_good_input_builds_the_request(
     assert request.skip_tags == ("c",)
     assert request.forks == 7
     assert request.limit == "nodes"
-    assert request.extra_vars == {"x": "1", "y": "two", "preflight_min_free_gb": 3}
+    assert request.extra_vars == {
+        "x": "1",
+        "y": "two",
+        "preflight_min_free_gb": 3,
+        "nodeprep_rollout_serial": [1, "10%", "100%"],
+        "nodeprep_rollout_canary": "",
+    }
     assert request.playbook.name == "provision.yml"
     assert request.playbook.is_file()
 

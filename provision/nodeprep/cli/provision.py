@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import click
 from rich.console import Console
 
 from nodeprep import inventory as inventory_mod
-from nodeprep import paths, runner
+from nodeprep import paths, rollout, runner, wheel
 from nodeprep.cli.errors import BadInput
 from nodeprep.cli.options import merge_extra_vars, run_options, split_csv
 from nodeprep.cli.progress import ProgressView, print_recap, summary, write_json
@@ -22,6 +23,20 @@ from nodeprep.cli.progress import ProgressView, print_recap, summary, write_json
 @click.option("--check", is_flag=True, help="Ansible check mode: report, change nothing.")
 @click.option("--diff", is_flag=True, help="Show the changes to files and settings.")
 @click.option("--list-hosts", is_flag=True, help="List the hosts that would be provisioned.")
+@click.option(
+    "--rolling/--no-rolling",
+    default=True,
+    show_default=True,
+    help="Roll the disruptive roles (bonding, volume growth) out in batches, canary first.",
+)
+@click.option("--canary", metavar="HOST", help="The node that goes first, alone.")
+@click.option(
+    "--batches",
+    metavar="LIST",
+    default="1,10%,100%",
+    show_default=True,
+    help="Batch sizes of the rolling roles: node counts or percentages; the last repeats.",
+)
 def provision(
     inventory: Path,
     limit: str | None,
@@ -34,8 +49,15 @@ def provision(
     check: bool,
     diff: bool,
     list_hosts: bool,
+    rolling: bool,
+    canary: str | None,
+    batches: str,
 ) -> None:
     """Apply the hardening roles to every node of INVENTORY.
+
+    Safe roles run on every node at once; the disruptive ones (bonding, volume growth)
+    roll out in batches, the canary first, each batch verified before the next, and a
+    failure stops the rollout: the summary names the batch and the untouched nodes.
 
     Exit codes: 0 all good, 1 a task failed on some host, 2 bad input
     (nothing was run), 3 some host was unreachable.
@@ -45,7 +67,12 @@ def provision(
       nodeprep provision inventory.ini
       nodeprep provision inventory.ini --tags preflight --check
       nodeprep provision inventory.ini -l gpu01 -e preflight_min_free_gb=50 --json out.json
+      nodeprep provision inventory.ini --canary gpu07 --batches 1,25%,100%
     """
+    try:
+        serial: list[int | str] = rollout.parse_serial(batches) if rolling else ["100%"]
+    except rollout.RolloutInputError as exc:
+        raise BadInput(str(exc)) from exc
     request = runner.RunRequest(
         playbook=paths.playbook("provision.yml"),
         inventory=inventory,
@@ -58,11 +85,23 @@ def provision(
         extra_vars=merge_extra_vars(extra_vars),
         verbosity=verbosity,
     )
-    raise SystemExit(run_playbook(request, json_path, list_hosts))
+    rolling_plan = RollingPlan(serial, canary)
+    raise SystemExit(run_playbook(request, json_path, list_hosts, rolling_plan))
+
+
+@dataclasses.dataclass(frozen=True)
+class RollingPlan:
+    """How the rolling play of provision.yml should batch the selected hosts."""
+
+    serial: list[int | str]
+    canary: str | None
 
 
 def run_playbook(
-    request: runner.RunRequest, json_path: Path | None, list_hosts: bool = False
+    request: runner.RunRequest,
+    json_path: Path | None,
+    list_hosts: bool = False,
+    rolling_plan: RollingPlan | None = None,
 ) -> int:
     """Validate, run with live progress, print the recap; returns the exit code."""
     try:
@@ -75,6 +114,14 @@ def run_playbook(
         for host in hosts:
             click.echo(host)
         return 0
+    planned: list[list[str]] = []
+    if rolling_plan is not None:
+        try:
+            ordered = rollout.order_hosts(hosts, rolling_plan.canary)
+        except rollout.RolloutInputError as exc:
+            raise BadInput(str(exc)) from exc
+        planned = rollout.plan_batches(ordered, rolling_plan.serial)
+        request = _with_rollout_vars(request, rolling_plan, console)
     mode = " in check mode" if request.check else ""
     console.print(
         f"nodeprep: running {request.playbook.name} on {len(hosts)} "
@@ -87,14 +134,43 @@ def run_playbook(
         result = runner.run(request, on_progress=view)
     seconds = time.monotonic() - started
     print_recap(console, result)
+    ran = rollout.read_rollout(result, planned) if rolling_plan is not None else None
+    for line in rollout.describe(ran) if ran else []:
+        console.print(f"nodeprep: {line}", markup=False, soft_wrap=True)
     console.print(
         f"nodeprep: {_verdict(result)} after {seconds:.1f} s (exit {result.exit_code})",
         markup=False,
         soft_wrap=True,
     )
     if json_path is not None:
-        write_json(json_path, summary(request, result, seconds))
+        data = summary(request, result, seconds)
+        if ran is not None:
+            data["rollout"] = {
+                "planned": ran.planned,
+                "batches": ran.batches,
+                "stopped": ran.stopped,
+                "untouched": ran.untouched,
+            }
+        write_json(json_path, data)
     return result.exit_code
+
+
+def _with_rollout_vars(
+    request: runner.RunRequest, plan: RollingPlan, console: Console
+) -> runner.RunRequest:
+    """Batching and the controller's wheel as variables of provision.yml (-e still wins)."""
+    extra: dict[str, Any] = {
+        "nodeprep_rollout_serial": plan.serial,
+        "nodeprep_rollout_canary": plan.canary or "",
+    }
+    try:
+        built = wheel.controller_wheel(Path.home() / ".cache" / "nodeprep" / "wheels")
+    except wheel.WheelError as exc:
+        raise BadInput(str(exc)) from exc
+    if built is not None:
+        console.print(f"nodeprep: nodes get nodeprep from {built}", markup=False, soft_wrap=True)
+        extra["nodeprep_controller_wheel"] = str(built)
+    return dataclasses.replace(request, extra_vars={**extra, **request.extra_vars})
 
 
 def _verdict(result: runner.RunResult) -> str:

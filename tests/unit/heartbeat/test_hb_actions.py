@@ -142,7 +142,9 @@ def test_tmux_fallback_interrupts_a_job_even_in_copy_mode(
     endpoint.set_mode("error")
     wait_for(marker.exists, 5, "the job in tmux to get SIGINT")
     assert marker.read_text() == "SIGINT"
-    assert hb.daemon.actions.ledger.total["tmux_send_keys"] == 1
+    # The job can see SIGINT before the daemon has recorded the action: wait for both.
+    ledger = hb.daemon.actions.ledger.total
+    wait_for(lambda: ledger.get("tmux_send_keys") == 1, 5, "the action to be recorded")
 
 
 class _Hook(BaseHTTPRequestHandler):

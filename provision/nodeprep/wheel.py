@@ -1,0 +1,81 @@
+"""A wheel of the running nodeprep, so nodes install the controller's exact version offline.
+
+Nodes on a training cluster often have no package index; the heartbeat role (and the image
+build) copy this wheel instead. It is built from the checkout nodeprep runs from, once per
+content: the cache key hashes every file that goes into the wheel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from nodeprep import paths
+
+log = logging.getLogger(__name__)
+
+# What the wheel is made of (see pyproject.toml's build targets).
+_INPUTS = (
+    "pyproject.toml", "ansible.cfg", "provision/nodeprep", "playbooks", "roles", "containers",
+)  # fmt: skip
+_SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+
+
+class WheelError(RuntimeError):
+    """The wheel could not be built; the message says why and what to do."""
+
+
+def source_root() -> Path | None:
+    """The checkout nodeprep runs from, or None when it is installed from a wheel."""
+    root = paths.data_dir()
+    return root if (root / "pyproject.toml").is_file() and (root / "provision").is_dir() else None
+
+
+def content_digest(root: Path) -> str:
+    """A hash of every file that goes into the wheel (names and bytes)."""
+    digest = hashlib.sha256()
+    for name in _INPUTS:
+        base = root / name
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        for path in files:
+            if _SKIP_PARTS.intersection(path.parts) or path.suffix == ".pyc":
+                continue
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def controller_wheel(cache: Path) -> Path | None:
+    """The running checkout as a wheel (built once per content); None when not a checkout."""
+    root = source_root()
+    if root is None:
+        return None
+    target = cache / content_digest(root)
+    built = sorted(target.glob("nodeprep-*.whl"))
+    if built:
+        return built[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        log.info("building a nodeprep wheel from %s", root)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, str(root)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0:
+            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+            raise WheelError(
+                f"Building a nodeprep wheel from {root} failed (pip exit {done.returncode}); "
+                f"pip said:\n{tail}"
+            )
+        target.mkdir(exist_ok=True)
+        for wheel in Path(tmp).glob("nodeprep-*.whl"):
+            shutil.move(str(wheel), target / wheel.name)
+    return sorted(target.glob("nodeprep-*.whl"))[0]
