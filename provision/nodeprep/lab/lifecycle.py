@@ -131,7 +131,7 @@ def _personalise(record: NodeRecord, image: Image, key: Path) -> None:
     done = run_ssh(SshTarget(record.ssh_port, image.bootstrap_key), f'sudo sh -c "{script}"')
     if done.returncode != 0:
         raise LabError(f"setting up {record.name} failed: {done.stderr.strip()}")
-    wait_for_ssh(SshTarget(record.ssh_port, key), 60)
+    wait_for_ssh(SshTarget(record.ssh_port, key), RESTORE_TIMEOUT_S)
 
 
 def down(lab: Path) -> list[int]:
