@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from nodeprep import paths, runner
 
 
@@ -104,3 +106,16 @@ def test_events_become_progress_recap_and_failures() -> None:
     assert collect.failures == [runner.TaskFailure("n2", "T1", "r", "disk too small")]
     assert collect.recap["n1"].changed == 1
     assert collect.recap["n2"].failed == 1
+
+
+def test_fast_selects_the_mitogen_strategy(tmp_path: Path) -> None:
+    request = runner.RunRequest(playbook=tmp_path / "p.yml", inventory=tmp_path / "i", fast=True)
+    env = runner.build_runner_kwargs(request, tmp_path)["envvars"]
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+
+
+def test_fast_without_mitogen_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(runner.FastModeUnavailable, match=r"pip install 'nodeprep\[mitogen\]'"):
+        runner.mitogen_env()

@@ -1,0 +1,110 @@
+"""A small fleet on lab VMs: the rolling provision stops at a failing canary, then rolls.
+
+Two nodes fit next to the rest of the suite on 2 cores; each is a separate VM with its own
+kernel and data disk, so "untouched" is checked on the node itself (its partition table).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from nodeprep.cli import cli
+from nodeprep.lab import lifecycle
+from nodeprep.lab.ssh import SshTarget, run_ssh
+from nodeprep.lab.state import LabState, load_state
+
+pytestmark = pytest.mark.timeout(1800)
+
+NODES = ("node1", "node2")
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, lab_cache: Path, saved_state_ready: str) -> Iterator[LabState]:
+    lab_dir = tmp_path / "lab"
+    os.environ["NODEPREP_LAB_DIR"] = str(lab_dir)
+    try:
+        yield lifecycle.up(lifecycle.UpRequest(nodes=len(NODES)), lab_dir, lab_cache)
+    finally:
+        recorded = load_state(lab_dir)
+        lifecycle.down(lab_dir)
+        for node in recorded.nodes if recorded else []:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(node.pid, os.WNOHANG)
+        os.environ.pop("NODEPREP_LAB_DIR", None)
+
+
+def sh(state: LabState, name: str, command: str) -> str:
+    node = next(n for n in state.nodes if n.name == name)
+    done = run_ssh(SshTarget(node.ssh_port, Path(state.key)), command, timeout_s=120)
+    assert done.returncode == 0, f"{name}: {command!r} failed: {done.stderr}"
+    return done.stdout
+
+
+def lab(*argv: str) -> None:
+    done = CliRunner().invoke(cli, ["lab", *argv])
+    assert done.exit_code == 0, done.output
+
+
+def provision(tmp_path: Path, inventory: Path, *args: str) -> tuple[int, str, dict[str, Any]]:
+    out = tmp_path / "summary.json"
+    done = CliRunner().invoke(
+        cli, ["provision", str(inventory), "--fast", "--json", str(out), *args]
+    )
+    return done.exit_code, done.output, json.loads(out.read_text())
+
+
+def test_canary_failure_stops_rollout_then_fleet_rolls_and_is_idempotent(
+    fleet: LabState, tmp_path: Path
+) -> None:
+    inventory = tmp_path / "fleet.ini"
+    lab("inventory", "--output", str(inventory))
+    for name in NODES:
+        lab("fault", name, "disk-grow", "2G")
+    table = "sudo sfdisk --dump /dev/vdb"
+    before = {name: sh(fleet, name, table) for name in NODES}
+    grow = '[{"device": "/dev/vdb"}]'
+    broken = '[{"device": "/dev/vdb"}, {"mount": "/nonexistent/nodeprep-test"}]'
+
+    # The canary's volume list has an entry that cannot be resolved: the role stops there.
+    code, output, summary = provision(
+        tmp_path, inventory, "--canary", "node2", "-e", f"@{_vars(tmp_path, broken)}"
+    )
+    assert code == 1, output
+    assert "rollout stopped at the canary (node2)" in output
+    assert "Nothing is mounted at /nonexistent/nodeprep-test" in output
+    assert summary["rollout"]["untouched"] == ["node1"]
+    assert sh(fleet, "node1", table) == before["node1"]
+    assert sh(fleet, "node2", table) == before["node2"]  # it failed before growpart
+
+    code, output, summary = provision(tmp_path, inventory, "-e", f"@{_vars(tmp_path, grow)}")
+    assert code == 0, output
+    assert summary["rollout"]["batches"] == [["node1"], ["node2"]]
+    for name in NODES:
+        assert sh(fleet, name, table) != before[name]
+        assert int(sh(fleet, name, "df --output=size -B1M /data | tail -1")) > 1900
+        assert sh(fleet, name, "systemctl is-active nodeprep-heartbeat").strip() == "active"
+
+    code, output, summary = provision(tmp_path, inventory, "-e", f"@{_vars(tmp_path, grow)}")
+    assert code == 0, output
+    assert {host: recap["changed"] for host, recap in summary["hosts"].items()} == {
+        "node1": 0,
+        "node2": 0,
+    }
+
+
+def _vars(tmp_path: Path, volumes: str) -> Path:
+    """Per-run variables: the canary's (node2) list may differ from everyone else's."""
+    path = tmp_path / "vars.yml"
+    path.write_text(
+        "volume_grow_volumes: \"{{ canary_volumes if inventory_hostname == 'node2' "
+        f"else [{{'device': '/dev/vdb'}}] }}}}\"\ncanary_volumes: {volumes}\n"
+    )
+    return path
