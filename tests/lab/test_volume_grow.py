@@ -20,7 +20,7 @@ from lab_helpers import LabNode
 from moto_ec2 import REGION, SANDBOX_ENV, make_volume, moto_server
 from nodeprep import runner
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1500)
 
 GIB = 1024**3
 # 64 MiB of random data on the filesystem: its checksum must survive every grow.

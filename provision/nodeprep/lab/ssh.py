@@ -19,7 +19,7 @@ from nodeprep.lab.recipe import GUEST_USER
 log = logging.getLogger(__name__)
 SSH_OPTIONS = (
     "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-    "-o", "BatchMode=yes", "-o", "ConnectTimeout=3", "-o", "LogLevel=ERROR",
+    "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR",
     "-o", "IdentitiesOnly=yes",
 )  # fmt: skip
 
