@@ -18,6 +18,8 @@ from nodeprep.cli.progress import write_json
 
 # Check groups (the part of a check's name before the dot) that verify.yml can run.
 GROUPS = ("preflight", "heartbeat", "volume_grow", "disk", "checkpoint", "gpu", "smoke")
+# Disruptive drills run only with --drill; their checks are named drill.<what>.
+DRILL_GROUP = "drill"
 # Groups whose roles are not wired into verify.yml yet; asking for them is not an error.
 PLANNED_GROUPS = ("tmux", "bond", "apptainer")
 
@@ -25,7 +27,7 @@ PLANNED_GROUPS = ("tmux", "bond", "apptainer")
 def parse_checks(values: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """(selectors, groups to run) from --checks; unknown names are refused before any run."""
     selectors = split_csv(values)
-    known = GROUPS + PLANNED_GROUPS
+    known = (*GROUPS, DRILL_GROUP, *PLANNED_GROUPS)
     for name in selectors:
         if name.split(".", 1)[0] not in known:
             raise BadInput(
@@ -123,6 +125,10 @@ def verify(
       nodeprep verify inventory.ini -l gpu01 --drill --json report.json
     """
     selectors, groups = parse_checks(checks)
+    if drill and not selectors:
+        groups.append(DRILL_GROUP)
+    if DRILL_GROUP in groups and not drill:
+        raise BadInput("--checks drill runs disruptive drills; add --drill to allow them.")
     variables = {
         **merge_extra_vars(extra_vars),
         "verify_groups": groups,

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from nodeprep.smoke.drill import DrillConfig, run_drill
+from nodeprep.smoke.heartbeat_drill import run_heartbeat_drill
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--launcher", default="", help="command prefix that runs python inside an image")
     add("--python", help="python to run the trainer with (default: this one, or python3 inside)")
     add("--deadline-s", type=float, default=300.0, help="give up and kill everything after this")
+    add(
+        "--heartbeat",
+        action="store_true",
+        help="instead: stop a private heartbeat's probe target under a running trainer and "
+        "require an emergency checkpoint",
+    )
     return parser
 
 
@@ -45,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--kill-step must be between 1 and --steps - 1")
     launcher = tuple(shlex.split(args.launcher))
     python = args.python or ("python3" if launcher else sys.executable)
+    if args.heartbeat:
+        found = run_heartbeat_drill(args.work_dir, python, args.deadline_s)
+        print(json.dumps(asdict(found), sort_keys=True))
+        return 0 if found.passed else 1
     config = DrillConfig(
         work_dir=args.work_dir,
         steps=args.steps,

@@ -118,3 +118,25 @@ def test_unreachable_host_exits_3(tmp_path: Path) -> None:
     assert code == 3, out
     assert data["unreachable"] == ["dark"]
     assert statuses(data) == {"verify.reachable": "fail"}
+
+
+def test_heartbeat_drill_sees_an_emergency_checkpoint_land(
+    local_inventory: Path, tmp_path: Path
+) -> None:
+    """--drill: a real heartbeat daemon trips on its stopped target and the trainer saves."""
+    variables = json.dumps({"smoke_python": sys.executable, "smoke_work_parent": str(tmp_path)})
+    code, out, data = verify(
+        local_inventory, tmp_path, "--checks", "drill", "--drill", "-e", variables
+    )
+    assert code == 0, out
+    assert statuses(data) == {"drill.heartbeat": "pass"}
+    detail = data["results"][0]["detail"]
+    assert "emergency checkpoint ckpt-" in detail
+    assert "after SIGUSR1" in detail
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("nodeprep-hbdrill-")] == []
+
+
+def test_drill_checks_need_the_drill_flag(local_inventory: Path, tmp_path: Path) -> None:
+    code, out, _ = verify(local_inventory, tmp_path, "--checks", "drill")
+    assert code == 2
+    assert "add --drill to allow them" in out
