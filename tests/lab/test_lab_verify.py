@@ -30,8 +30,8 @@ NODE_VARS: dict[str, Any] = {
 }
 PROVISION_VARS: dict[str, Any] = {
     "ansible_become": True,
-    "preflight_min_free_gb": 0.2,
-    "preflight_disk_paths": ["/", "/data"],
+    "preflight_min_free_gb": 1,
+    "preflight_disk_paths": ["/"],
     # A real probe that passes in the guest (sshd), next to the default GPU probe (skipped).
     "heartbeat_probes": [
         {"name": "gpu", "type": "gpu", "interval": 10, "timeout": 5},

@@ -27,6 +27,8 @@ class HeartbeatDrillResult:
     passed: bool
     detail: str
     seconds: float
+    stop_to_commit_s: float | None = None
+    signal_to_commit_s: float | None = None
 
 
 class _Target:
@@ -120,7 +122,10 @@ def run_heartbeat_drill(work: Path, python: str, deadline_s: float = 120.0) -> H
             f"{record.committed_time - stopped:.2f} s later, "
             f"{record.committed_time - record.signal_time:.2f} s after {record.signal}"
         )
-        return _result(True, detail, started)
+        found = _result(True, detail, started)
+        found.stop_to_commit_s = round(record.committed_time - stopped, 3)
+        found.signal_to_commit_s = round(record.committed_time - record.signal_time, 3)
+        return found
     finally:
         target.stop()
         for proc, sig in ((trainer, signal.SIGKILL), (daemon, signal.SIGTERM)):
