@@ -45,13 +45,16 @@ def committed(root: str) -> list[tuple[int, str, str]]:
     return found
 
 
-def problem(directory: str, step: int, layer: str) -> str | None:
+def problem(directory: str, step: int, layer: str) -> str | None:  # noqa: PLR0911
     """Why this checkpoint would be refused, or None when it verifies."""
     try:
         with open(os.path.join(directory, MANIFEST), encoding="utf-8") as handle:
             manifest = json.load(handle)
         files = {str(n): (int(e["size"]), str(e["sha256"])) for n, e in manifest["files"].items()}
-        version, claimed = int(manifest["format_version"]), (int(manifest["step"]), manifest["layer"])
+        version, claimed = (
+            int(manifest["format_version"]),
+            (int(manifest["step"]), manifest["layer"]),
+        )
     except FileNotFoundError:
         return f"no {MANIFEST}"
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -87,13 +90,27 @@ def survey(root: str) -> dict[str, object]:
     rows = []
     for step, layer, name in committed(root):
         reason = problem(os.path.join(root, name), step, layer)
-        rows.append({"name": name, "step": step, "layer": layer, "valid": reason is None,
-                     "problem": reason or ""})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "step": step,
+                "layer": layer,
+                "valid": reason is None,
+                "problem": reason or "",
+            }
+        )
     full = [r for r in rows if r["layer"] == "full"]
     resume = next((r for r in full if r["valid"]), None)
-    passed_over = [r for r in full if not r["valid"] and (resume is None or r["step"] > resume["step"])]
-    return {"root": root, "exists": True, "checkpoints": rows, "resume_from": resume,
-            "passed_over": passed_over}  # fmt: skip
+    passed_over = [
+        r for r in full if not r["valid"] and (resume is None or r["step"] > resume["step"])
+    ]
+    return {
+        "root": root,
+        "exists": True,
+        "checkpoints": rows,
+        "resume_from": resume,
+        "passed_over": passed_over,
+    }
 
 
 def judge(surveys: list[dict[str, object]]) -> dict[str, object]:
@@ -103,18 +120,26 @@ def judge(surveys: list[dict[str, object]]) -> dict[str, object]:
         rows = survey["checkpoints"]
         if not rows:
             continue
-        newest, resume = rows[0], survey["resume_from"]  # type: ignore[index]
+        newest, resume = rows[0], survey["resume_from"]
         where = f"{survey['root']}/{newest['name']}"
         if newest["valid"]:
-            loads = resume["name"] if resume else "no full checkpoint"  # type: ignore[index]
+            loads = resume["name"] if resume else "no full checkpoint"
             good.append(f"{where} verifies; a resume loads {loads}.")
             continue
-        fallback = (f"a resume falls back to {resume['name']} (step {resume['step']})"  # type: ignore[index]
-                    if resume else "no full checkpoint verifies, a resume starts from scratch")  # fmt: skip
-        bad.append(f"The newest checkpoint {where} fails verification ({newest['problem']}); "
-                   f"{fallback}.")  # fmt: skip
-    verdict: dict[str, object] = {"check": "checkpoint.newest", "passed": not bad,
-                                  "detail": " ".join(bad or good), "skip": ""}  # fmt: skip
+        fallback = (
+            f"a resume falls back to {resume['name']} (step {resume['step']})"
+            if resume
+            else "no full checkpoint verifies, a resume starts from scratch"
+        )
+        bad.append(
+            f"The newest checkpoint {where} fails verification ({newest['problem']}); {fallback}."
+        )
+    verdict: dict[str, object] = {
+        "check": "checkpoint.newest",
+        "passed": not bad,
+        "detail": " ".join(bad or good),
+        "skip": "",
+    }
     if not bad and not good:
         roots = ", ".join(str(s["root"]) for s in surveys)
         verdict["skip"] = f"no committed checkpoint yet in {roots}"

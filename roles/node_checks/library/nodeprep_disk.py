@@ -75,27 +75,44 @@ def durable_write(path: str) -> dict[str, object]:
 _GIB = 1 << 30
 
 
-def judge(items: list[dict[str, object]], found: list[dict[str, object]]) -> list[dict[str, object]]:
+def judge(
+    items: list[dict[str, object]], found: list[dict[str, object]]
+) -> list[dict[str, object]]:
     """disk.size, disk.free and disk.writable over every directory: each fails if any path does."""
     size, free, write = [], [], []
-    for item, seen in zip(items, found):
+    for item, seen in zip(items, found):  # noqa: B905 - nodes may run Python 3.8
         path = str(item["path"])
         if not seen["exists"]:
             problem = (True, f"{path} does not exist; create it or fix node_checks_disk_paths")
-            size, free, write = size + [problem], free + [problem], write + [problem]
+            for rows in (size, free, write):
+                rows.append(problem)
             continue
         if item.get("min_size_gb") is not None:
-            gib, want = seen["size_bytes"] / _GIB, float(item["min_size_gb"])  # type: ignore[operator]
-            size.append((gib < want, f"{path} is on a {gib:.2f} GiB filesystem, expected >= {want:g} GiB"
-                         + ("; grow the volume (role volume_grow)" if gib < want else "")))  # fmt: skip
-        gib, want = seen["free_bytes"] / _GIB, float(item.get("min_free_gb") or 0)  # type: ignore[operator,arg-type]
-        free.append((gib < want, f"{path} has {gib:.2f} GiB free, need {want:g} GiB"
-                     + ("; free space there before a run writes checkpoints" if gib < want else "")))  # fmt: skip
+            gib, want = seen["size_bytes"] / _GIB, float(item["min_size_gb"])
+            size.append(
+                (
+                    gib < want,
+                    f"{path} is on a {gib:.2f} GiB filesystem, expected >= {want:g} GiB"
+                    + ("; grow the volume (role volume_grow)" if gib < want else ""),
+                )
+            )
+        gib, want = seen["free_bytes"] / _GIB, float(item.get("min_free_gb") or 0)
+        free.append(
+            (
+                gib < want,
+                f"{path} has {gib:.2f} GiB free, need {want:g} GiB"
+                + ("; free space there before a run writes checkpoints" if gib < want else ""),
+            )
+        )
         if seen.get("writable"):
             write.append((False, f"{path} took a write with fsync in {seen['fsync_seconds']} s"))
         else:
             write.append((True, f"{path} refused a durable write: {seen.get('write_error')}"))
-    checks = [_verdict("disk.size", size), _verdict("disk.free", free), _verdict("disk.writable", write)]
+    checks = [
+        _verdict("disk.size", size),
+        _verdict("disk.free", free),
+        _verdict("disk.writable", write),
+    ]
     if not size:
         checks[0]["skip"] = "no expected size set; give node_checks_disk_paths items a min_size_gb"
     return checks

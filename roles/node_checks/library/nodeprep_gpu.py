@@ -6,9 +6,10 @@ from __future__ import annotations
 import glob
 import os
 import re
-import time
 import subprocess
 import sys
+import time
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -47,7 +48,7 @@ options:
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
 
 
-def load_nvml(paths: list[str]) -> tuple[object | None, str | None]:
+def load_nvml(paths: list[str]) -> tuple[Any, str | None]:
     """pynvml, or None and why; the given venvs are searched after the node's own Python."""
     for path in paths:
         sys.path.extend(glob.glob(os.path.join(path, "lib", "python3*", "site-packages")))
@@ -59,34 +60,40 @@ def load_nvml(paths: list[str]) -> tuple[object | None, str | None]:
     return pynvml, None
 
 
-def read_gpus(nv: object) -> dict[str, object]:
+def read_gpus(nv: Any) -> dict[str, Any]:
     """Driver, and per GPU name, temperature and uncorrected ECC (None when not supported)."""
     try:
-        nv.nvmlInit()  # type: ignore[attr-defined]
-    except nv.NVMLError as err:  # type: ignore[attr-defined]
+        nv.nvmlInit()
+    except nv.NVMLError as err:
         if type(err).__name__ in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded"):
             return {"missing": "no NVIDIA driver (libnvidia-ml not found or driver not loaded)"}
         return {"error": f"NVML init failed: {err}"}
     try:
-        driver = nv.nvmlSystemGetDriverVersion()  # type: ignore[attr-defined]
+        driver = nv.nvmlSystemGetDriverVersion()
         gpus = []
-        for index in range(int(nv.nvmlDeviceGetCount())):  # type: ignore[attr-defined]
-            handle = nv.nvmlDeviceGetHandleByIndex(index)  # type: ignore[attr-defined]
-            gpus.append({"index": index, "name": _text(nv.nvmlDeviceGetName(handle)),  # type: ignore[attr-defined]
-                         "temperature_c": float(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)),  # type: ignore[attr-defined]
-                         "ecc_uncorrected": _ecc(nv, handle)})  # fmt: skip
+        for index in range(int(nv.nvmlDeviceGetCount())):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            temperature = nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+            gpus.append(
+                {
+                    "index": index,
+                    "name": _text(nv.nvmlDeviceGetName(handle)),
+                    "temperature_c": float(temperature),
+                    "ecc_uncorrected": _ecc(nv, handle),
+                }
+            )
         return {"driver": _text(driver), "gpus": gpus}
-    except nv.NVMLError as err:  # type: ignore[attr-defined]
+    except nv.NVMLError as err:
         return {"error": f"NVML read failed: {err}"}
     finally:
-        nv.nvmlShutdown()  # type: ignore[attr-defined]
+        nv.nvmlShutdown()
 
 
-def _ecc(nv: object, handle: object) -> int | None:
+def _ecc(nv: Any, handle: Any) -> int | None:
     try:
-        return int(nv.nvmlDeviceGetTotalEccErrors(  # type: ignore[attr-defined]
-            handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))  # type: ignore[attr-defined]  # fmt: skip
-    except nv.NVMLError:  # type: ignore[attr-defined]
+        kind, counter = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+        return int(nv.nvmlDeviceGetTotalEccErrors(handle, kind, counter))
+    except nv.NVMLError:
         return None  # ECC off or not supported on this board: nothing to judge
 
 
@@ -109,61 +116,105 @@ def kernel_log() -> tuple[str | None, str | None]:
     return done.stdout, None
 
 
-def evaluate(reading: dict[str, object], log: str | None, log_problem: str | None,
-             limits: dict[str, object]) -> list[dict[str, object]]:  # fmt: skip
+def evaluate(
+    reading: dict[str, Any], log: str | None, log_problem: str | None, limits: dict[str, Any]
+) -> list[dict[str, Any]]:
     """One verdict per check: check, passed, detail, and skip (a reason) where it cannot apply."""
     if "missing" in reading or "error" in reading:
         why = str(reading.get("missing") or reading.get("error"))
-        driver = {"check": "gpu.driver", "passed": False, "detail": why, "skip": "" if "error" in reading else why}
-        rest = [{"check": f"gpu.{n}", "passed": False, "detail": why, "skip": f"no GPU to read: {why}"}
-                for n in ("count", "temperature", "ecc", "xid")]  # fmt: skip
+        driver = {
+            "check": "gpu.driver",
+            "passed": False,
+            "detail": why,
+            "skip": "" if "error" in reading else why,
+        }
+        rest = [
+            {"check": f"gpu.{n}", "passed": False, "detail": why, "skip": f"no GPU to read: {why}"}
+            for n in ("count", "temperature", "ecc", "xid")
+        ]
         return [driver, *rest]
-    gpus: list[dict[str, object]] = reading["gpus"]  # type: ignore[assignment]
-    want = int(limits["expected_count"])  # type: ignore[arg-type]
+    gpus: list[dict[str, Any]] = reading["gpus"]
+    want = int(limits["expected_count"])
     names = ", ".join(sorted({str(g["name"]) for g in gpus})) or "none"
     count_ok = len(gpus) == want if want else len(gpus) > 0
     checks = [
         {"check": "gpu.driver", "passed": True, "detail": f"NVIDIA driver {reading['driver']}"},
-        {"check": "gpu.count", "passed": count_ok,
-         "detail": f"{len(gpus)} GPU(s) ({names}), expected {want or 'at least 1'}"},
-        _temperature(gpus, float(limits["max_temp_c"])),  # type: ignore[arg-type]
-        _ecc_check(gpus, int(limits["max_ecc_uncorrected"])),  # type: ignore[arg-type]
-        _xid_check(log, log_problem, [int(x) for x in limits["critical_xids"]]),  # type: ignore[attr-defined]
-    ]  # fmt: skip
+        {
+            "check": "gpu.count",
+            "passed": count_ok,
+            "detail": f"{len(gpus)} GPU(s) ({names}), expected {want or 'at least 1'}",
+        },
+        _temperature(gpus, float(limits["max_temp_c"])),
+        _ecc_check(gpus, int(limits["max_ecc_uncorrected"])),
+        _xid_check(log, log_problem, [int(x) for x in limits["critical_xids"]]),
+    ]
     return [{"skip": "", **c} for c in checks]
 
 
-def _temperature(gpus: list[dict[str, object]], limit: float) -> dict[str, object]:
-    hot = [f"gpu{g['index']} {g['temperature_c']:g} C" for g in gpus if float(g["temperature_c"]) > limit]  # type: ignore[arg-type]
-    top = max((float(g["temperature_c"]) for g in gpus), default=0.0)  # type: ignore[arg-type]
+def _temperature(gpus: list[dict[str, Any]], limit: float) -> dict[str, Any]:
+    hot = [
+        f"gpu{g['index']} {g['temperature_c']:g} C"
+        for g in gpus
+        if float(g["temperature_c"]) > limit
+    ]
+    top = max((float(g["temperature_c"]) for g in gpus), default=0.0)
     if hot:
-        return {"check": "gpu.temperature", "passed": False,
-                "detail": f"{', '.join(hot)} above {limit:g} C; check cooling and airflow"}  # fmt: skip
-    return {"check": "gpu.temperature", "passed": True, "detail": f"hottest {top:g} C <= {limit:g} C"}
+        return {
+            "check": "gpu.temperature",
+            "passed": False,
+            "detail": f"{', '.join(hot)} above {limit:g} C; check cooling and airflow",
+        }
+    return {
+        "check": "gpu.temperature",
+        "passed": True,
+        "detail": f"hottest {top:g} C <= {limit:g} C",
+    }
 
 
-def _ecc_check(gpus: list[dict[str, object]], limit: int) -> dict[str, object]:
+def _ecc_check(gpus: list[dict[str, Any]], limit: int) -> dict[str, Any]:
     known = [g for g in gpus if g["ecc_uncorrected"] is not None]
     if not known:
-        return {"check": "gpu.ecc", "passed": False, "detail": "",
-                "skip": "ECC is off or not supported on these GPUs"}  # fmt: skip
-    bad = [f"gpu{g['index']} {g['ecc_uncorrected']}" for g in known if int(g["ecc_uncorrected"]) > limit]  # type: ignore[call-overload]
+        return {
+            "check": "gpu.ecc",
+            "passed": False,
+            "detail": "",
+            "skip": "ECC is off or not supported on these GPUs",
+        }
+    bad = [
+        f"gpu{g['index']} {g['ecc_uncorrected']}"
+        for g in known
+        if int(g["ecc_uncorrected"]) > limit
+    ]
     if bad:
-        return {"check": "gpu.ecc", "passed": False,
-                "detail": f"uncorrected ECC errors {', '.join(bad)} > {limit}; drain the node and reset the GPU"}  # fmt: skip
-    return {"check": "gpu.ecc", "passed": True, "detail": f"{len(known)} GPU(s) with <= {limit} uncorrected ECC errors"}
+        return {
+            "check": "gpu.ecc",
+            "passed": False,
+            "detail": f"uncorrected ECC errors {', '.join(bad)} > {limit}; "
+            "drain the node and reset the GPU",
+        }
+    return {
+        "check": "gpu.ecc",
+        "passed": True,
+        "detail": f"{len(known)} GPU(s) with <= {limit} uncorrected ECC errors",
+    }
 
 
-def _xid_check(log: str | None, problem: str | None, critical: list[int]) -> dict[str, object]:
+def _xid_check(log: str | None, problem: str | None, critical: list[int]) -> dict[str, Any]:
     if log is None:
         return {"check": "gpu.xid", "passed": False, "detail": "", "skip": str(problem)}
     seen = xids_from_log(log)
     bad = sorted({f"XID {code} on {pci}" for pci, code in seen if code in critical})
     if bad:
-        return {"check": "gpu.xid", "passed": False,
-                "detail": f"critical {', '.join(bad)} in the kernel log since boot; drain the node"}  # fmt: skip
-    return {"check": "gpu.xid", "passed": True,
-            "detail": f"no critical XID in the kernel log ({len(seen)} XID line(s) in all)"}  # fmt: skip
+        return {
+            "check": "gpu.xid",
+            "passed": False,
+            "detail": f"critical {', '.join(bad)} in the kernel log since boot; drain the node",
+        }
+    return {
+        "check": "gpu.xid",
+        "passed": True,
+        "detail": f"no critical XID in the kernel log ({len(seen)} XID line(s) in all)",
+    }
 
 
 def main() -> None:
@@ -174,11 +225,14 @@ def main() -> None:
             "expected_count": {"type": "int", "default": 0},
             "max_temp_c": {"type": "float", "default": 85},
             "max_ecc_uncorrected": {"type": "int", "default": 0},
-            "critical_xids": {"type": "list", "elements": "int",
-                              "default": [48, 63, 64, 74, 79, 92, 94, 95, 119, 120]},
+            "critical_xids": {
+                "type": "list",
+                "elements": "int",
+                "default": [48, 63, 64, 74, 79, 92, 94, 95, 119, 120],
+            },
         },
         supports_check_mode=True,
-    )  # fmt: skip
+    )
     nv, missing = load_nvml(module.params["nvml_paths"])
     reading = {"missing": missing} if nv is None else read_gpus(nv)
     log, log_problem = kernel_log() if "gpus" in reading else (None, None)
