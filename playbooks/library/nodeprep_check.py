@@ -40,7 +40,25 @@ options:
         check must stop the host, as the rolling provision does between batches.
     type: bool
     default: false
+  error:
+    description: The failed probe's result (C(ansible_failed_result) in a rescue). When set
+      the check fails with "timed out after N s" for a probe stopped by its task timeout,
+      or with the probe's error message otherwise; I(passed) and I(skip) are ignored.
+    type: raw
+  timeout:
+    description: The probe's task timeout in seconds, named in the timed-out detail.
+    type: int
 """
+
+
+def describe_error(error: object, timeout: object) -> str:
+    """One sentence for a probe that failed or hung instead of producing evidence."""
+    result = error if isinstance(error, dict) else {"msg": str(error)}
+    msg = str(result.get("msg") or result.get("stderr") or "no message").strip()
+    if result.get("timedout") or "time frame" in msg or "timed out" in msg.lower():
+        seconds = timeout or (result.get("timedout") or {}).get("period", "?")
+        return f"timed out after {seconds} s: the probe did not answer; {msg.splitlines()[0]}"
+    return f"the probe failed, so there is no evidence: {msg.splitlines()[0] if msg else msg}"
 
 
 def main() -> None:
@@ -52,11 +70,16 @@ def main() -> None:
             "detail": {"type": "str", "required": True},
             "since": {"type": "float"},
             "strict": {"type": "bool", "default": False},
+            "error": {"type": "raw"},
+            "timeout": {"type": "int"},
         },
         supports_check_mode=True,
     )
     params = module.params
-    if params["skip"]:
+    if params["error"] is not None:
+        status = "fail"
+        detail = describe_error(params["error"], params["timeout"])
+    elif params["skip"]:
         status = "skip"
         detail = params["skip"]
     else:

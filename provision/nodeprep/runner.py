@@ -75,6 +75,7 @@ class Progress:
     host: str | None = None
     outcome: str | None = None  # ok | changed | failed | unreachable | skipped
     message: str = ""
+    checks: tuple[dict[str, Any], ...] = ()  # nodeprep_check results this outcome carried
 
 
 @dataclass
@@ -197,9 +198,9 @@ class _EventCollector:
             self.failures.append(
                 TaskFailure(host, task, role, message, unreachable=outcome == "unreachable")
             )
-        if isinstance(res, dict) and "nodeprep_check" in res:
-            self.results.append({"host": host, **res["nodeprep_check"]})
-        self._emit(Progress(task=task, role=role, host=host, outcome=outcome, message=message))
+        checks = tuple({"host": host, **found} for found in _checks(res))
+        self.results.extend(checks)
+        self._emit(Progress(task, role, host=host, outcome=outcome, message=message, checks=checks))
 
     def _stats(self, data: dict[str, Any]) -> None:
         fields = {
@@ -216,6 +217,16 @@ class _EventCollector:
     def _emit(self, item: Progress) -> None:
         if self.on_progress is not None:
             self.on_progress(item)
+
+
+def _checks(res: Any) -> list[dict[str, Any]]:
+    """nodeprep_check results of a task, or of each item of a looped task."""
+    if not isinstance(res, dict):
+        return []
+    if isinstance(res.get("nodeprep_check"), dict):
+        return [res["nodeprep_check"]]
+    items = res.get("results") or []
+    return [i["nodeprep_check"] for i in items if isinstance(i, dict) and "nodeprep_check" in i]
 
 
 def _message(res: Any) -> str:

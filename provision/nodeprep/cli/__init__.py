@@ -9,6 +9,7 @@ import click
 from nodeprep import __version__
 from nodeprep.cli.lab import lab
 from nodeprep.cli.provision import provision
+from nodeprep.cli.verify import verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,6 +22,7 @@ def cli(debug: bool) -> None:
     Examples:
       nodeprep provision inventory.ini
       nodeprep provision inventory.ini --limit gpu01 --check --diff
+      nodeprep verify inventory.ini --junit verify.xml
     """
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
@@ -30,6 +32,7 @@ def cli(debug: bool) -> None:
 
 cli.add_command(provision)
 cli.add_command(lab)
+cli.add_command(verify)
 
 
 def main() -> None:

@@ -1,0 +1,244 @@
+#!/usr/bin/python
+"""Read every NVIDIA GPU through NVML and judge driver, count, temperature, ECC and XIDs."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: nodeprep_gpu
+short_description: Judge the node's NVIDIA GPUs for nodeprep verify.
+description:
+  - Imports pynvml (nvidia-ml-py) on the node, reads the driver version, the GPU count,
+    each GPU's temperature and volatile uncorrected ECC errors, and scans the kernel log
+    for NVRM XID lines. Returns one verdict per check under C(checks) for
+    C(nodeprep_check) to report; with no library or no driver the checks skip and say why.
+options:
+  nvml_paths:
+    description: Venvs or site-packages directories to look in for pynvml when the node's
+      Python lacks it (the heartbeat role's venv holds it when GPU probing is on).
+    type: list
+    elements: path
+    default: []
+  expected_count:
+    description: GPUs the node must show; 0 means at least one.
+    type: int
+    default: 0
+  max_temp_c:
+    type: float
+    default: 85
+  max_ecc_uncorrected:
+    type: int
+    default: 0
+  critical_xids:
+    description: XID codes that fail the node when seen in the kernel log since boot.
+    type: list
+    elements: int
+    default: [48, 63, 64, 74, 79, 92, 94, 95, 119, 120]
+"""
+
+_XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
+
+
+def load_nvml(paths: list[str]) -> tuple[Any, str | None]:
+    """pynvml, or None and why; the given venvs are searched after the node's own Python."""
+    for path in paths:
+        sys.path.extend(glob.glob(os.path.join(path, "lib", "python3*", "site-packages")))
+        sys.path.append(path)
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) is not importable on this node"
+    return pynvml, None
+
+
+def read_gpus(nv: Any) -> dict[str, Any]:
+    """Driver, and per GPU name, temperature and uncorrected ECC (None when not supported)."""
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as err:
+        if type(err).__name__ in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded"):
+            return {"missing": "no NVIDIA driver (libnvidia-ml not found or driver not loaded)"}
+        return {"error": f"NVML init failed: {err}"}
+    try:
+        driver = nv.nvmlSystemGetDriverVersion()
+        gpus = []
+        for index in range(int(nv.nvmlDeviceGetCount())):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            temperature = nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+            gpus.append(
+                {
+                    "index": index,
+                    "name": _text(nv.nvmlDeviceGetName(handle)),
+                    "temperature_c": float(temperature),
+                    "ecc_uncorrected": _ecc(nv, handle),
+                }
+            )
+        return {"driver": _text(driver), "gpus": gpus}
+    except nv.NVMLError as err:
+        return {"error": f"NVML read failed: {err}"}
+    finally:
+        nv.nvmlShutdown()
+
+
+def _ecc(nv: Any, handle: Any) -> int | None:
+    try:
+        kind, counter = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+        return int(nv.nvmlDeviceGetTotalEccErrors(handle, kind, counter))
+    except nv.NVMLError:
+        return None  # ECC off or not supported on this board: nothing to judge
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def xids_from_log(text: str) -> list[tuple[str, int]]:
+    """(PCI address, XID code) for every NVRM XID line of a kernel log."""
+    return [(m.group(1).split(",")[0], int(m.group(2))) for m in _XID.finditer(text)]
+
+
+def kernel_log() -> tuple[str | None, str | None]:
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"dmesg could not run ({exc})"
+    if done.returncode != 0:
+        return None, f"the kernel log is not readable ({done.stderr.strip() or done.returncode})"
+    return done.stdout, None
+
+
+def evaluate(
+    reading: dict[str, Any], log: str | None, log_problem: str | None, limits: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One verdict per check: check, passed, detail, and skip (a reason) where it cannot apply."""
+    if "missing" in reading or "error" in reading:
+        why = str(reading.get("missing") or reading.get("error"))
+        driver = {
+            "check": "gpu.driver",
+            "passed": False,
+            "detail": why,
+            "skip": "" if "error" in reading else why,
+        }
+        rest = [
+            {"check": f"gpu.{n}", "passed": False, "detail": why, "skip": f"no GPU to read: {why}"}
+            for n in ("count", "temperature", "ecc", "xid")
+        ]
+        return [driver, *rest]
+    gpus: list[dict[str, Any]] = reading["gpus"]
+    want = int(limits["expected_count"])
+    names = ", ".join(sorted({str(g["name"]) for g in gpus})) or "none"
+    count_ok = len(gpus) == want if want else len(gpus) > 0
+    checks = [
+        {"check": "gpu.driver", "passed": True, "detail": f"NVIDIA driver {reading['driver']}"},
+        {
+            "check": "gpu.count",
+            "passed": count_ok,
+            "detail": f"{len(gpus)} GPU(s) ({names}), expected {want or 'at least 1'}",
+        },
+        _temperature(gpus, float(limits["max_temp_c"])),
+        _ecc_check(gpus, int(limits["max_ecc_uncorrected"])),
+        _xid_check(log, log_problem, [int(x) for x in limits["critical_xids"]]),
+    ]
+    return [{"skip": "", **c} for c in checks]
+
+
+def _temperature(gpus: list[dict[str, Any]], limit: float) -> dict[str, Any]:
+    hot = [
+        f"gpu{g['index']} {g['temperature_c']:g} C"
+        for g in gpus
+        if float(g["temperature_c"]) > limit
+    ]
+    top = max((float(g["temperature_c"]) for g in gpus), default=0.0)
+    if hot:
+        return {
+            "check": "gpu.temperature",
+            "passed": False,
+            "detail": f"{', '.join(hot)} above {limit:g} C; check cooling and airflow",
+        }
+    return {
+        "check": "gpu.temperature",
+        "passed": True,
+        "detail": f"hottest {top:g} C <= {limit:g} C",
+    }
+
+
+def _ecc_check(gpus: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    known = [g for g in gpus if g["ecc_uncorrected"] is not None]
+    if not known:
+        return {
+            "check": "gpu.ecc",
+            "passed": False,
+            "detail": "",
+            "skip": "ECC is off or not supported on these GPUs",
+        }
+    bad = [
+        f"gpu{g['index']} {g['ecc_uncorrected']}"
+        for g in known
+        if int(g["ecc_uncorrected"]) > limit
+    ]
+    if bad:
+        return {
+            "check": "gpu.ecc",
+            "passed": False,
+            "detail": f"uncorrected ECC errors {', '.join(bad)} > {limit}; "
+            "drain the node and reset the GPU",
+        }
+    return {
+        "check": "gpu.ecc",
+        "passed": True,
+        "detail": f"{len(known)} GPU(s) with <= {limit} uncorrected ECC errors",
+    }
+
+
+def _xid_check(log: str | None, problem: str | None, critical: list[int]) -> dict[str, Any]:
+    if log is None:
+        return {"check": "gpu.xid", "passed": False, "detail": "", "skip": str(problem)}
+    seen = xids_from_log(log)
+    bad = sorted({f"XID {code} on {pci}" for pci, code in seen if code in critical})
+    if bad:
+        return {
+            "check": "gpu.xid",
+            "passed": False,
+            "detail": f"critical {', '.join(bad)} in the kernel log since boot; drain the node",
+        }
+    return {
+        "check": "gpu.xid",
+        "passed": True,
+        "detail": f"no critical XID in the kernel log ({len(seen)} XID line(s) in all)",
+    }
+
+
+def main() -> None:
+    started = time.time()
+    module = AnsibleModule(
+        argument_spec={
+            "nvml_paths": {"type": "list", "elements": "path", "default": []},
+            "expected_count": {"type": "int", "default": 0},
+            "max_temp_c": {"type": "float", "default": 85},
+            "max_ecc_uncorrected": {"type": "int", "default": 0},
+            "critical_xids": {
+                "type": "list",
+                "elements": "int",
+                "default": [48, 63, 64, 74, 79, 92, 94, 95, 119, 120],
+            },
+        },
+        supports_check_mode=True,
+    )
+    nv, missing = load_nvml(module.params["nvml_paths"])
+    reading = {"missing": missing} if nv is None else read_gpus(nv)
+    log, log_problem = kernel_log() if "gpus" in reading else (None, None)
+    checks = evaluate(reading, log, log_problem, module.params)
+    module.exit_json(changed=False, started=started, reading=reading, checks=checks)
+
+
+if __name__ == "__main__":
+    main()

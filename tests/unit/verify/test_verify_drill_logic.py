@@ -1,0 +1,57 @@
+"""The smoke drill's judgement and command line (the drill itself runs in the integration tier)."""
+
+from __future__ import annotations
+
+import random
+import signal
+from pathlib import Path
+
+from nodeprep.smoke.drill import DrillConfig, RunOutcome, choose_kill_step, judge, trainer_argv
+
+CONFIG = DrillConfig(Path("/w"), steps=24, checkpoint_every=4)
+GOOD = "a" * 64
+
+
+def outcome(rc: int, final: str | None, start: int | None = 0, resumed: bool = False) -> RunOutcome:
+    return RunOutcome(rc, start_step=start, resumed=resumed, final_hash=final, last_step=11)
+
+
+def test_random_kill_step_leaves_a_checkpoint_behind_and_work_ahead() -> None:
+    steps = {choose_kill_step(CONFIG, random.Random(seed)) for seed in range(200)}
+    assert min(steps) == 5
+    assert max(steps) == 23
+
+
+def test_launcher_prefixes_the_trainer_command() -> None:
+    config = DrillConfig(Path("/w"), launcher=("apptainer", "exec", "img.sif"), python="python3")
+    argv = trainer_argv(config, Path("/w/drill"))
+    assert argv[:5] == ["apptainer", "exec", "img.sif", "python3", "-m"]
+    assert argv[argv.index("--run-dir") + 1] == "/w/drill"
+
+
+def test_bit_exact_resume_passes() -> None:
+    passed, detail = judge(
+        CONFIG, 11, outcome(0, GOOD), outcome(-signal.SIGKILL, None), outcome(0, GOOD, 8, True)
+    )
+    assert passed
+    assert "SIGKILL after step 11, resumed from step 8" in detail
+    assert "outside any image" in detail
+
+
+def test_a_different_hash_fails() -> None:
+    passed, detail = judge(
+        CONFIG, 11, outcome(0, GOOD), outcome(-signal.SIGKILL, None), outcome(0, "b" * 64, 8, True)
+    )
+    assert not passed
+    assert "resume is not bit-exact" in detail
+
+
+def test_a_run_that_was_not_killed_or_did_not_resume_fails() -> None:
+    missed = judge(CONFIG, 11, outcome(0, GOOD), outcome(0, GOOD), outcome(0, GOOD, 24, True))
+    assert not missed[0]
+    assert "was not killed at step 11" in missed[1]
+    fresh = judge(
+        CONFIG, 11, outcome(0, GOOD), outcome(-signal.SIGKILL, None), outcome(0, GOOD, 0, False)
+    )
+    assert not fresh[0]
+    assert "did not resume from a checkpoint" in fresh[1]

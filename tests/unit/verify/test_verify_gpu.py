@@ -1,0 +1,71 @@
+"""The GPU check's decisions, read through a fake NVML (no GPU here) and real pynvml (no driver)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fake_verify_nvml import FakeNvml
+from vu_modules import load
+
+gpu = load("nodeprep_gpu")
+LIMITS: dict[str, Any] = {
+    "expected_count": 0,
+    "max_temp_c": 85.0,
+    "max_ecc_uncorrected": 0,
+    "critical_xids": [48, 79],
+}
+
+
+def verdicts(nv: Any, log: str | None = "", limits: dict[str, Any] | None = None) -> Any:
+    found = gpu.evaluate(gpu.read_gpus(nv), log, "dmesg refused", limits or LIMITS)
+    return {c["check"]: c for c in found}
+
+
+def test_healthy_gpus_pass() -> None:
+    found = verdicts(FakeNvml(temps=[40, 55], ecc=[0, 0]))
+    assert {k: (v["passed"], v["skip"]) for k, v in found.items()} == {
+        "gpu.driver": (True, ""),
+        "gpu.count": (True, ""),
+        "gpu.temperature": (True, ""),
+        "gpu.ecc": (True, ""),
+        "gpu.xid": (True, ""),
+    }
+    assert found["gpu.count"]["detail"].startswith("2 GPU(s) (NVIDIA H100")
+    assert found["gpu.temperature"]["detail"] == "hottest 55 C <= 85 C"
+
+
+def test_thresholds_fail_with_detail() -> None:
+    log = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    found = verdicts(FakeNvml(temps=[40, 91], ecc=[0, 3]), log, {**LIMITS, "expected_count": 4})
+    assert not found["gpu.count"]["passed"]
+    assert "gpu1 91 C above 85 C" in found["gpu.temperature"]["detail"]
+    assert "gpu1 3 > 0" in found["gpu.ecc"]["detail"]
+    assert "XID 79 on PCI:0000:3b:00" in found["gpu.xid"]["detail"]
+
+
+def test_non_critical_xid_passes_and_unreadable_log_skips() -> None:
+    found = verdicts(FakeNvml(temps=[40], ecc=[0]), "NVRM: Xid (PCI:0000:3b:00): 13, Graphics\n")
+    assert found["gpu.xid"]["passed"]
+    assert "1 XID line(s)" in found["gpu.xid"]["detail"]
+    assert verdicts(FakeNvml(temps=[40], ecc=[0]), None)["gpu.xid"]["skip"] == "dmesg refused"
+
+
+def test_ecc_unsupported_skips_with_reason() -> None:
+    found = verdicts(FakeNvml(temps=[40], ecc=[None]))
+    assert found["gpu.ecc"]["skip"] == "ECC is off or not supported on these GPUs"
+
+
+def test_no_driver_skips_every_gpu_check_with_the_reason() -> None:
+    found = verdicts(FakeNvml(temps=[], ecc=[], no_driver=True))
+    assert all(v["skip"] for v in found.values())
+    assert "no NVIDIA driver" in found["gpu.driver"]["skip"]
+
+
+def test_real_pynvml_without_driver_skips() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    reading = gpu.read_gpus(pynvml)
+    if "gpus" in reading:
+        pytest.skip("this machine has an NVIDIA driver; the device check covers it")
+    found = {c["check"]: c for c in gpu.evaluate(reading, None, None, LIMITS)}
+    assert found["gpu.driver"]["skip"].startswith("no NVIDIA driver")

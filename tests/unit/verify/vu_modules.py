@@ -1,0 +1,18 @@
+"""Import the verify roles' Ansible modules as plain Python, to test their decision logic."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+LIBRARY = Path(__file__).resolve().parents[3] / "roles" / "node_checks" / "library"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"vu_{name}", LIBRARY / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
