@@ -59,7 +59,7 @@ def tunnel_argv(target: SshTarget, guest_port: int, host_port: int) -> list[str]
 
 @contextlib.contextmanager
 def reverse_tunnel(
-    target: SshTarget, guest_port: int, host_port: int, timeout_s: float = 30.0
+    target: SshTarget, guest_port: int, host_port: int, timeout_s: float = 120.0
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Keep the tunnel up for the block; the ssh process is ended by its PID afterwards."""
     process = subprocess.Popen(
@@ -89,7 +89,7 @@ def _wait_listening(
         if process.poll() is not None:
             err = process.stderr.read().decode(errors="replace") if process.stderr else ""
             raise LabError(f"The reverse tunnel to port {guest_port} ended: {err.strip()}")
-        if run_ssh(target, probe, timeout_s=10).returncode == 0:
+        if run_ssh(target, probe, timeout_s=30).returncode == 0:
             return
         time.sleep(0.5)
     raise LabError(f"The reverse tunnel to the guest's port {guest_port} did not come up")
