@@ -21,7 +21,16 @@ from tmux_lab import CONVERGE, VERIFY, inventory, run_play
 from nodeprep.lab.debsource import OrigTarball, fetch_orig_tarball
 from nodeprep.lab.fileserve import reverse_tunnel, serve_directory
 
-pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.timeout(3600),
+    # A tmux compile under software emulation takes well over ten minutes on 2 cores:
+    # too much for every CI run, and it has not yet been seen to finish in a lab VM.
+    pytest.mark.skipif(
+        os.environ.get("NODEPREP_LAB_TMUX") != "1",
+        reason="opt-in (NODEPREP_LAB_TMUX=1): compiles tmux inside a lab VM (slow)",
+    ),
+]
 
 GUEST_PORT = 18080
 COMPILE = "Compile and stage tmux, then move it to its versioned prefix."
