@@ -81,7 +81,12 @@ class Rollout:
 
 def read_rollout(result: RunResult, planned: list[list[str]]) -> Rollout | None:
     """The rolling play as it ran; None when it never started (e.g. tags skipped it)."""
-    batches = [play.hosts for play in result.plays if play.name == ROLLING_PLAY]
+    position = {host: index for index, host in enumerate(h for b in planned for h in b)}
+    batches = [
+        sorted(play.hosts, key=lambda host: position.get(host, len(position)))
+        for play in result.plays
+        if play.name == ROLLING_PLAY
+    ]
     if not batches:
         return None
     touched = {host for batch in batches for host in batch}

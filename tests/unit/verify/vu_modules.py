@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,5 +15,11 @@ def load(name: str) -> ModuleType:
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # ansible.module_utils.basic replaces sys.intern on import; torch's compiler (used by
+    # the checkpoint tests in the same process) rejects the replacement, so put it back.
+    original_intern = sys.intern
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.intern = original_intern
     return module
