@@ -13,7 +13,8 @@ description:
     run it without become) and the interfaces that carry a default route. A member that is
     one of them, or a port of a bond that is, carries the node's lifeline: the module fails
     with an explanation unless I(allow_disruption) is true.
-  - Reads the bond's live state from C(/proc/net/bonding). Reads only; never changes the node.
+  - Reads the bond's live state from C(/proc/net/bonding) and the existing profile names.
+    Reads only; never changes the node.
 options:
   bond: {type: str, required: true, description: The bond's interface name.}
   members: {type: list, elements: str, required: true, description: Names or MACs.}
@@ -127,6 +128,15 @@ def live_bond(bond):
     }
 
 
+def profile_names(module):
+    """NetworkManager's profile names (nmcli -g escapes ':' in names; ours have none)."""
+    rc, out, err = module.run_command(["nmcli", "-g", "NAME", "connection", "show"])
+    if rc != 0:
+        module.fail_json(msg="NetworkManager does not answer (`nmcli connection show`: %s); "
+                             "nic_bond needs NetworkManager running on the node." % err.strip())
+    return [line for line in out.splitlines() if line]
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -160,7 +170,8 @@ def main():
                              "node stops answering." % (", ".join(lifelines), bond, said))
     module.exit_json(changed=False, members=members, primary=primary, management_device=mgmt_dev,
                      default_route_devices=route_devs, lifelines=lifelines,
-                     disruptive=bool(lifelines), live=live_bond(bond))
+                     disruptive=bool(lifelines), live=live_bond(bond),
+                     profiles=profile_names(module))
 
 
 if __name__ == "__main__":
