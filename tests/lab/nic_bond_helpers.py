@@ -1,0 +1,111 @@
+"""Running the nic_bond role on a lab node and reading the bond back from the guest's kernel."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab_helpers import LabNode
+
+from nodeprep import runner
+
+PLAYBOOKS = Path(__file__).parent / "nic_bond"
+BOND = "bond0"
+ADDRESS = "10.77.0.15/24"
+PEER = "10.77.0.2"
+
+
+@dataclass(frozen=True)
+class RoleRun:
+    result: runner.RunResult
+    seconds: float
+
+    @property
+    def changed(self) -> int:
+        return sum(host.changed for host in self.result.recap.values())
+
+    @property
+    def messages(self) -> str:
+        return "\n".join(failure.message for failure in self.result.failures)
+
+
+def inventory(node: LabNode, tmp_path: Path) -> Path:
+    done = node.cli("inventory", "--output", str(tmp_path / "lab.ini"))
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip())
+
+
+def run_role(
+    inventory_path: Path,
+    extra: dict[str, Any] | None = None,
+    playbook: str = "converge.yml",
+    check: bool = False,
+) -> RoleRun:
+    """One real ansible-runner run of a playbook in tests/lab/nic_bond on the lab node."""
+    request = runner.RunRequest(
+        playbook=PLAYBOOKS / playbook, inventory=inventory_path, check=check,
+        extra_vars=extra or {},
+    )  # fmt: skip
+    started = time.monotonic()
+    result = runner.run(request)
+    return RoleRun(result, time.monotonic() - started)
+
+
+def profiles(node: LabNode) -> str:
+    """NetworkManager's profiles and the devices they are active on, sorted."""
+    return "\n".join(sorted(node.sh("nmcli -t -f NAME,TYPE,DEVICE connection show").split("\n")))
+
+
+def bonding(node: LabNode) -> str:
+    return node.sh(f"cat /proc/net/bonding/{BOND}")
+
+
+def active_member(node: LabNode) -> str:
+    match = re.search(r"Currently Active Slave: (\S+)", bonding(node))
+    return match.group(1) if match else ""
+
+
+def members_up(text: str) -> list[str]:
+    return re.findall(r"Slave Interface: (\S+)\nMII Status: up", text)
+
+
+def until(check: Any, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.3)
+    return bool(check())
+
+
+def lost_pings(summary: str) -> int:
+    """Lost probes from ping's summary line ('N packets transmitted, M received')."""
+    match = re.search(r"(\d+) packets transmitted, (\d+) received", summary)
+    assert match, summary
+    return int(match.group(1)) - int(match.group(2))
+
+
+def reply_gaps_ms(ping_output: str) -> list[float]:
+    """Gaps between consecutive replies of `ping -D`: the longest is the failover's outage."""
+    stamps = [float(s) for s in re.findall(r"^\[(\d+\.\d+)\] \d+ bytes from", ping_output, re.M)]
+    return [(later - earlier) * 1000 for earlier, later in itertools.pairwise(stamps)]
+
+
+def ping_during_cut(node: LabNode, nic: str, seconds: int = 8) -> str:
+    """Ping the peer through the bond every 10 ms while `nic` is cut; returns ping's output."""
+    node.sh(
+        f"sudo setsid -f sh -c 'ping -n -D -i 0.01 -w {seconds} -I {BOND} {PEER} "
+        "> /tmp/failover.txt 2>&1; touch /tmp/failover.done'"
+    )
+    time.sleep(2)
+    cut = node.cli("fault", "node1", "link-down", nic)
+    assert cut.returncode == 0, cut.stderr
+    assert until(
+        lambda: "done" in node.sh("ls /tmp/failover.done 2>/dev/null && echo done || true"),
+        seconds + 30,
+    )
+    return node.sh("cat /tmp/failover.txt")
