@@ -26,6 +26,8 @@ from nodeprep.image.errors import ImageError
 log = logging.getLogger(__name__)
 HASH_LABEL = "org.nodeprep.content-hash"
 LOG_TAIL_LINES = 25
+# Lines that say why a build failed, wherever they are in the log (usage text can bury them).
+ERROR_PREFIXES = ("FATAL", "ERROR", "Error", "E:")
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,7 @@ def run_build(
 
     log_path = sidecar(request.output, ".build.log")
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    errors: list[str] = []
     failure = ""
     with log_path.open("w") as log_file, _singularity_on_path(request.apptainer, recipe.parent):
         try:
@@ -153,13 +156,17 @@ def run_build(
             for line in lines:
                 log_file.write(line)
                 tail.append(line.rstrip())
+                if line.startswith(ERROR_PREFIXES) and len(errors) < 5:
+                    errors.append(line.strip())
                 on_line(line.rstrip())
             failure = "" if built is not None else "spython returned no image"
         except subprocess.CalledProcessError as error:
             failure = f"apptainer exited with status {error.returncode}"
     if failure or not image.exists():
+        buried = "".join(f"\n  {line}" for line in errors if line not in tail)
         text = "\n".join(f"  | {line}" for line in tail)
         raise ImageError(
             f"The image build from {recipe.name} failed ({failure or 'no image was written'}); "
-            f"last lines of the build log (full log: {log_path}):\n{text}"
+            + (f"errors:{buried}\n" if buried else "")
+            + f"last lines of the build log (full log: {log_path}):\n{text}"
         )
