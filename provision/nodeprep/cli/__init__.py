@@ -7,6 +7,7 @@ import logging
 import click
 
 from nodeprep import __version__
+from nodeprep.cli.build_image import build_image
 from nodeprep.cli.lab import lab
 from nodeprep.cli.provision import provision
 from nodeprep.cli.verify import verify
@@ -23,6 +24,7 @@ def cli(debug: bool) -> None:
       nodeprep provision inventory.ini
       nodeprep provision inventory.ini --limit gpu01 --check --diff
       nodeprep verify inventory.ini --junit verify.xml
+      nodeprep build-image --wheelhouse ./wheels -o trainer.sif
     """
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
@@ -33,6 +35,7 @@ def cli(debug: bool) -> None:
 cli.add_command(provision)
 cli.add_command(lab)
 cli.add_command(verify)
+cli.add_command(build_image)
 
 
 def main() -> None:

@@ -1,0 +1,48 @@
+"""Apptainer and a small trainer image for the image and lab tiers, prepared once per machine.
+
+Debian 13 gets sid's apptainer package; Debian 12 runs it from a cached Debian 13 root
+filesystem (nodeprep.image.runtime decides). The small image has nodeprep but no torch, so
+the tiers stay within CI's time budget; it is cached by content hash like any other.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeprep.image import runtime
+from nodeprep.lab.mirror import debian_mirror
+
+SLIM_IMAGE = runtime.cache_dir() / "test-images" / "nodeprep-slim.sif"
+SUBID_ENTRY = "root:100000:65536"
+
+
+def ensure_subids() -> None:
+    """--fakeroot as root needs subordinate ids; a fresh CI machine has none, so add them."""
+    if os.geteuid() != 0:
+        pytest.fail("the image tiers need root (apptainer --fakeroot builds, mount namespaces)")
+    for name in ("/etc/subuid", "/etc/subgid"):
+        path = Path(name)
+        text = path.read_text() if path.exists() else ""
+        if not any(line.startswith("root:") for line in text.splitlines()):
+            path.write_text(
+                text + ("" if not text or text.endswith("\n") else "\n") + SUBID_ENTRY + "\n"
+            )
+
+
+def apptainer() -> Path:
+    ensure_subids()
+    return runtime.ensure_apptainer(runtime.cache_dir(), debian_mirror())
+
+
+def build_image(
+    apptainer_path: Path, output: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`nodeprep build-image` for a torch-less image, as a user runs it."""
+    command = [str(Path(sys.executable).with_name("nodeprep")), "build-image", "--torch", "none",
+               "--apptainer", str(apptainer_path), "--output", str(output), *extra]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False)
