@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,17 @@ from click.testing import CliRunner
 from nodeprep.cli import cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+MARKER = Path("/etc/nodeprep/roles/volume_grow.json")
+
+
+@pytest.fixture(autouse=True)
+def _keep_host_clean() -> Iterator[None]:
+    """volume_grow records its applied marker on this machine: remove one this test made."""
+    existed = MARKER.exists()
+    yield
+    if not existed:
+        MARKER.unlink(missing_ok=True)
 
 
 def inventory(tmp_path: Path, broken: str | None = None) -> Path:

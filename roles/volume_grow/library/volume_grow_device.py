@@ -129,7 +129,26 @@ def main():
                                                   ", ".join(GROWABLE)))
     module.exit_json(changed=False, disk=disk, partition=partition, partition_number=number,
                      filesystem_device=partition or disk, fstype=fstype,
-                     mountpoint=node.get("mountpoint"), disk_bytes=disk_bytes(disk))
+                     mountpoint=node.get("mountpoint"), disk_bytes=disk_bytes(disk),
+                     fs_growable=fs_growable(module, partition or disk, fstype))
+
+
+def fs_growable(module, device, fstype):
+    """Whether the filesystem can gain at least one block from its device.
+
+    community.general.filesystem compares sizes to the byte, so an ext filesystem whose
+    device ends in a partial block would be "grown" (a no-op) on every run; xfs has its
+    own slack there.
+    """
+    if not fstype.startswith("ext"):
+        return True
+    rc, out, err = module.run_command(["dumpe2fs", "-h", device])
+    if rc != 0:
+        module.fail_json(msg="dumpe2fs cannot read %s (%s); check the filesystem." % (
+            device, err.strip()))
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    block = int(fields["Block size"])
+    return disk_bytes(device) - int(fields["Block count"]) * block >= block
 
 
 if __name__ == "__main__":
