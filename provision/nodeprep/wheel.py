@@ -62,20 +62,24 @@ def controller_wheel(cache: Path) -> Path | None:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         log.info("building a nodeprep wheel from %s", root)
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, str(root)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if done.returncode != 0:
-            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-            raise WheelError(
-                f"Building a nodeprep wheel from {root} failed (pip exit {done.returncode}); "
-                f"pip said:\n{tail}"
-            )
         target.mkdir(exist_ok=True)
-        for wheel in Path(tmp).glob("nodeprep-*.whl"):
-            shutil.move(str(wheel), target / wheel.name)
+        built_wheel = build_wheel(root, Path(tmp))
+        shutil.move(str(built_wheel), target / built_wheel.name)
     return sorted(target.glob("nodeprep-*.whl"))[0]
+
+
+def build_wheel(source: Path, dest: Path) -> Path:
+    """nodeprep as a wheel from the checkout SOURCE into DEST, the way nodes receive it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
+         "-w", str(dest), str(source)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    wheels = sorted(dest.glob("nodeprep-*.whl")) if dest.is_dir() else []
+    if done.returncode != 0 or not wheels:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
+        raise WheelError(
+            f"Building a nodeprep wheel from {source} failed (pip exit {done.returncode}); "
+            f"pip said:\n{tail}"
+        )
+    return wheels[0]

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections import deque
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeprep import wheel
 from nodeprep.image.definition import BuildSpec, content_hash, file_sha256, render, template_text
 from nodeprep.image.errors import ImageError
 
@@ -108,16 +108,10 @@ def _result(output: Path, digest: str, started: float, skipped: bool) -> BuildRe
 
 def build_wheel(source: Path, dest: Path) -> Path:
     """nodeprep as a wheel from the checkout SOURCE, the way it is shipped to nodes."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
-         "-w", str(dest), str(source)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    wheels = sorted(dest.glob("nodeprep-*.whl")) if dest.is_dir() else []
-    if done.returncode != 0 or not wheels:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-10:]
-        raise ImageError(f"Building the nodeprep wheel from {source} failed: " + " | ".join(tail))
-    return wheels[0]
+    try:
+        return wheel.build_wheel(source, dest)
+    except wheel.WheelError as exc:
+        raise ImageError(str(exc)) from exc
 
 
 @contextlib.contextmanager
