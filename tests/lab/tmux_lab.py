@@ -9,6 +9,7 @@ from typing import Any
 from lab_helpers import LabNode
 
 from nodeprep import runner
+from nspawn_node import Container
 
 CONVERGE = """\
 - name: Converge the tmux role
@@ -36,12 +37,15 @@ class Run:
     """One playbook run: the runner's result plus each task's outcome, in order."""
 
     result: runner.RunResult
-    outcomes: list[tuple[str, str]] = field(default_factory=list)
+    outcomes: list[tuple[str, str, str]] = field(default_factory=list)  # host, task, outcome
 
-    def outcome(self, task: str) -> str | None:
-        """The last outcome of a task on the node, or None when it never ran."""
-        found = [outcome for name, outcome in self.outcomes if name == task]
+    def outcome(self, task: str, host: str | None = None) -> str | None:
+        """The last outcome of a task (on one host, if named), or None when it never ran."""
+        found = [o for h, name, o in self.outcomes if name == task and host in (None, h)]
         return found[-1] if found else None
+
+    def changed_on(self, host: str) -> int:
+        return self.result.recap[host].changed
 
     @property
     def changed(self) -> int:
@@ -60,6 +64,29 @@ def inventory(node: LabNode, tmp_path: Path) -> Path:
     return Path(written.stdout.strip())
 
 
+def with_build_node(lab_ini: Path, builder: Container, tmp_path: Path) -> Path:
+    """The lab inventory with a build node first in [lab]: a container of the VM's release.
+
+    The container runs natively (a compile takes a couple of minutes instead of the better
+    part of an hour under TCG) and reports the same distribution, release and architecture
+    as the lab VM, so the role puts both in one build group and the VM unpacks its build.
+    It is root already and has no sudo, hence ansible_become=false on that line only, and
+    its fresh root has no apt lists yet, hence tmux_apt_update_cache=true; tmux_build_node
+    makes it the group's builder.
+    """
+    shim = builder.chroot_shim(tmp_path / "enter-build-node")
+    line = (
+        f"builder ansible_connection=community.general.chroot ansible_host={builder.root} "
+        f"ansible_chroot_exe={shim} ansible_python_interpreter=/usr/bin/python3 "
+        "ansible_become=false tmux_apt_update_cache=true tmux_build_node=true"
+    )
+    text = lab_ini.read_text()
+    assert "[lab]\n" in text, text
+    path = tmp_path / "fleet.ini"
+    path.write_text(text.replace("[lab]\n", f"[lab]\n{line}\n", 1))
+    return path
+
+
 def run_play(text: str, inventory_path: Path, extra_vars: dict[str, Any], tmp: Path) -> Run:
     """Write the playbook into a fresh directory and run it as `nodeprep provision` would."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -69,7 +96,7 @@ def run_play(text: str, inventory_path: Path, extra_vars: dict[str, Any], tmp: P
 
     def record(item: runner.Progress) -> None:
         if item.host is not None and item.outcome is not None:
-            run.outcomes.append((item.task, item.outcome))
+            run.outcomes.append((item.host, item.task, item.outcome))
 
     request = runner.RunRequest(playbook=playbook, inventory=inventory_path, extra_vars=extra_vars)
     run.result = runner.run(request, on_progress=record)

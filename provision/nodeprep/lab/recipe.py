@@ -27,6 +27,9 @@ BASE_PACKAGES = (
     "network-manager", "openssh-server", "python3", "python3-apt", "sudo", "iproute2",
     "cloud-guest-utils", "fdisk", "e2fsprogs", "xfsprogs", "iputils-ping", "ethtool",
     "ca-certificates", "systemd-timesyncd",
+    # pam_systemd: SSH logins become logind sessions, as on a standard Debian server, so
+    # KillUserProcesses, lingering and logout really apply to what a test starts over SSH.
+    "libpam-systemd",
 )  # fmt: skip
 # What roles would otherwise fetch from the network; under TCG an apt run costs minutes.
 ROLE_PACKAGES = (

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from hb_converge import REPO, Converger
-from hb_nspawn import Container, rootfs_tarball
+
+from nspawn_node import Container, rootfs_tarball
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "heartbeat"))
 NEEDED = ("systemd-nspawn", "nsenter", "mmdebstrap")

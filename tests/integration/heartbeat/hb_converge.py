@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hb_nspawn import Container
+from nspawn_node import Container
 
 REPO = Path(__file__).resolve().parents[3]
 

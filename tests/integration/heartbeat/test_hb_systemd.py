@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from hb_converge import REPO, Converge, Converger
 from hb_endpoints import Endpoint
-from hb_nspawn import Container
+
+from nspawn_node import Container
 
 pytestmark = pytest.mark.integration
 UNIT = "nodeprep-heartbeat.service"

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from hb_converge import Converger
-from hb_nspawn import Container
 
 from nodeprep.cli import cli
+from nspawn_node import Container
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 UNIT = "nodeprep-heartbeat.service"

@@ -1,4 +1,4 @@
-"""A booted systemd container for service tests: a cached Debian rootfs run by systemd-nspawn.
+"""A booted systemd container for service tests and native builds, run by systemd-nspawn.
 
 Why nspawn: the test machine's PID 1 is not systemd, and ``systemd-nspawn --register=no
 --keep-unit -b`` boots a real systemd as the container's PID 1 in about a second without
@@ -42,10 +42,15 @@ def _host_suite_and_mirror() -> tuple[str, str]:
     return suite, mirror
 
 
-def rootfs_tarball() -> Path:
-    """Build (once, cached by content) a minimal Debian rootfs with systemd and python3."""
-    suite, mirror = _host_suite_and_mirror()
-    key = hashlib.sha256(f"{suite} {mirror} {' '.join(PACKAGES)}".encode()).hexdigest()[:16]
+def rootfs_tarball(suite: str | None = None, extra: tuple[str, ...] = ()) -> Path:
+    """Build (once, cached by content) a minimal Debian rootfs with systemd and python3.
+
+    The suite is the host's unless named: a node of another release (the lab VM's, say) can
+    run natively in a container of that release. ``extra`` names packages beyond the base.
+    """
+    host_suite, mirror = _host_suite_and_mirror()
+    suite = suite or host_suite
+    key = hashlib.sha256(f"{suite} {mirror} {' '.join(PACKAGES + extra)}".encode()).hexdigest()[:16]
     tarball = CACHE / f"rootfs-{suite}-{key}.tar"
     if tarball.exists():
         return tarball
@@ -56,7 +61,7 @@ def rootfs_tarball() -> Path:
             "mmdebstrap",
             "--variant=apt",
             "--skip=essential/unlink",
-            f"--include={','.join(PACKAGES)}",
+            f"--include={','.join(PACKAGES + extra)}",
             '--customize-hook=echo hbnode > "$1/etc/hostname"',
             '--customize-hook=chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer '
             "e2scrub_all.timer fstrim.timer",
