@@ -4,7 +4,8 @@ Converges the nic_bond role (active-backup, no primary) on a fresh lab node, the
 active member through QMP while the node pings the bond's peer every 10 ms, alternating
 members; the loss of a cut is the longest gap between two replies minus the ping interval.
 Then bonds the management NIC into an unreachable subnet inside a NetworkManager checkpoint
-and times how long the node takes to answer SSH again after NetworkManager rolls back.
+and times how long NetworkManager's rollback takes to put the management address back
+(on the node's clock) and SSH to answer again (from the controller).
 
     .venv/bin/python benchmarks/failover.py [--quick] [--cuts 10] [--rollback-timeout 10]
 
@@ -87,26 +88,42 @@ def one_cut(node: NodeRecord, target: SshTarget) -> float:
     return loss
 
 
-def rollback_restore_seconds(target: SshTarget, timeout_s: int) -> float:
-    """Bond the management NIC away inside a checkpoint; time until SSH answers again."""
+def rollback_restore_seconds(target: SshTarget, timeout_s: int) -> tuple[float, float]:
+    """Bond the management NIC away inside a checkpoint; time until it is reachable again.
+
+    Two figures: on the node's own clock, from CheckpointCreate until the management address
+    is back on ens3 (what the rollback timeout promises), and on the controller, from the
+    moment it asked for the change until SSH answers again (that adds the SSH round trips
+    and the 5 s a probe into the cut network waits before it gives up).
+    """
+    done = "/run/nodeprep-rollback-done"
     script = (
+        f"rm -f {done} && start=$(date +%s.%N) && "
         "busctl call org.freedesktop.NetworkManager /org/freedesktop/NetworkManager "
         f"org.freedesktop.NetworkManager CheckpointCreate aouu 0 {timeout_s} 6 && "
         "nmcli con add type bond con-name bond9 ifname bond9 ipv4.method manual "
         "ipv4.addresses 10.99.0.1/24 ipv6.method disabled && "
         "nmcli con add type ethernet slave-type bond master bond9 con-name bond9-port-ens3 "
-        "ifname ens3 && nmcli con up id bond9-port-ens3"
+        "ifname ens3 && nmcli con up id bond9-port-ens3 && "
+        "{ until ip -br addr show ens3 | grep -q 10.0.2.15; do sleep 0.05; done; "
+        f'echo "$start $(date +%s.%N)" > {done}; }}'
     )
     started = time.monotonic()
     sh(target, f"sudo setsid -f sh -c '{script}' > /dev/null 2>&1")
     time.sleep(3)
-    while run_ssh(target, "ip -br addr show ens3 | grep -q 10.0.2.15", 5).returncode != 0:
+    while run_ssh(target, f"test -s {done}", 5).returncode != 0:
         if time.monotonic() - started > timeout_s + 120:
             raise RuntimeError("the node never came back after the rollback timeout")
         time.sleep(0.5)
-    seconds = time.monotonic() - started
-    print(f"rollback: SSH back {seconds:.1f} s after the change (rollback timeout {timeout_s} s)")
-    return seconds
+    ssh_back = time.monotonic() - started
+    begin, end = (float(value) for value in sh(target, f"cat {done}").split())
+    node_side = end - begin
+    print(
+        f"rollback: management address back {node_side:.1f} s after CheckpointCreate on the"
+        f" node's clock, SSH answering {ssh_back:.1f} s after the controller asked"
+        f" (rollback timeout {timeout_s} s)"
+    )
+    return node_side, ssh_back
 
 
 def measure(state: LabState, lab_dir: Path, cuts: int, timeout_s: int) -> dict[str, object]:
@@ -116,13 +133,14 @@ def measure(state: LabState, lab_dir: Path, cuts: int, timeout_s: int) -> dict[s
     converge(lab_dir)
     print(f"converge: {time.monotonic() - started:.1f} s")
     losses = [one_cut(node, target) for _ in range(cuts)]
-    restore = rollback_restore_seconds(target, timeout_s)
+    restore, ssh_back = rollback_restore_seconds(target, timeout_s)
     return {
         "miimon_ms": MIIMON_MS,
         "cuts": cuts,
         "loss_ms_p50": round(statistics.median(losses), 1),
         "loss_ms_max": round(max(losses), 1),
         "rollback_restore_s": round(restore, 1),
+        "rollback_ssh_back_s": round(ssh_back, 1),
         "rollback_timeout_s": timeout_s,
     }
 
