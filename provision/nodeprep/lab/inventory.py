@@ -38,6 +38,8 @@ def render_ini(state: LabState) -> str:
     group_vars = {
         "ansible_ssh_common_args": SSH_COMMON_ARGS,
         "ansible_python_interpreter": "/usr/bin/python3",
+        # The lab logs in as an unprivileged user with passwordless sudo, as fleets often do.
+        "ansible_become": "true",
         "nodeprep_lab_accel": state.accel,
     }
     lines += ["", f"[{GROUP}:vars]"]

@@ -25,6 +25,7 @@ def test_ini_lines(tmp_path: Path) -> None:
         in text
     )
     assert "ansible_python_interpreter=/usr/bin/python3" in text
+    assert "ansible_become=true" in text
 
 
 def test_ansible_reads_it(tmp_path: Path) -> None:
