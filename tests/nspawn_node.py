@@ -78,6 +78,18 @@ def rootfs_tarball(suite: str | None = None, extra: tuple[str, ...] = ()) -> Pat
     return tarball
 
 
+def _runs_systemd(pid: int) -> bool:
+    """The container's PID 1 once it has exec'd systemd.
+
+    nspawn's first child is a short-lived helper that forks the real one and exits; under
+    load it is the one seen first, and entering its namespaces fails once it is gone.
+    """
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "systemd"
+    except OSError:
+        return False
+
+
 class Container:
     """One booted container; ``stop()`` always ends it and removes its root."""
 
@@ -117,7 +129,7 @@ class Container:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"systemd-nspawn exited: {self.log.read_text()[-2000:]}")
             text = children.read_text().split() if children.exists() else []
-            self.leader = int(text[0]) if text else 0
+            self.leader = next((int(pid) for pid in text if _runs_systemd(int(pid))), 0)
             time.sleep(0.05)
         state = ""
         while state not in ("running", "degraded") and time.monotonic() < deadline:
