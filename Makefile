@@ -34,7 +34,7 @@ test-integration: setup
 	@bash .ci/timed integration -- $(PYTEST) tests/integration
 
 test-lab: setup
-	@bash .ci/timed lab -- $(PYTEST) tests/lab
+	@bash .ci/timed lab -- $(PYTEST) --durations=20 tests/lab
 
 test: lint test-unit test-integration test-lab
 

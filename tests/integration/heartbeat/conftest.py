@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,10 +10,9 @@ from pathlib import Path
 import pytest
 from hb_converge import REPO, Converger
 
-from nspawn_node import Container, rootfs_tarball
+from nspawn_node import Container, missing_tools, rootfs_tarball
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "heartbeat"))
-NEEDED = ("systemd-nspawn", "nsenter", "mmdebstrap")
 
 
 @pytest.fixture(scope="session")
@@ -54,12 +51,9 @@ def nvml_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
-    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
-    if missing or os.geteuid() != 0:
-        pytest.fail(
-            f"the systemd tier needs root and {', '.join(NEEDED)}; missing: "
-            f"{', '.join(missing) or 'root'} (apt-get install systemd-container mmdebstrap)"
-        )
+    why = missing_tools()
+    if why:
+        pytest.fail(why)
     box = Container.from_tarball(rootfs_tarball(), tmp_path_factory.mktemp("node"))
     try:
         box.boot()
