@@ -21,8 +21,6 @@ from pathlib import Path
 
 PACKAGES = ("systemd-sysv", "dbus", "python3", "python3-venv", "python3-apt")
 CACHE = Path.home() / ".cache" / "nodeprep" / "heartbeat"
-
-
 NEEDED = ("systemd-nspawn", "nsenter", "mmdebstrap")
 
 
