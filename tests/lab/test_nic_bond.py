@@ -7,6 +7,7 @@ build on each other the way an operator would meet them.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -108,7 +109,15 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
     assert ADDRESS in lab_node.sh(f"ip -br addr show {BOND}")
     assert "10.77.0.16" not in lab_node.sh(f"nmcli -g ipv4.addresses connection show {BOND}")
     assert profiles(lab_node) == settled
-    assert until(lambda: "1 received" in lab_node.sh(f"ping -n -c 1 -W 2 -I {BOND} {PEER} || true"))
+    started = time.monotonic()
+    back = until(
+        lambda: "1 received" in lab_node.sh(f"ping -n -c 1 -W 2 -I {BOND} {PEER} || true"), 180
+    )
+    print(f"bond reaches {PEER} {time.monotonic() - started:.0f} s after the rollback")
+    assert back, lab_node.sh(
+        f"cat /proc/net/bonding/{BOND}; ip -d link show {BOND}; ip neigh; ip -br addr; "
+        f"nmcli -f GENERAL.STATE connection show {BOND}"
+    )
 
 
 def test_change_that_cuts_the_node_off_is_rolled_back(lab_node: LabNode, tmp_path: Path) -> None:
