@@ -1,16 +1,16 @@
 #!/usr/bin/python
-"""Record one verify check: the result shape every check in nodeprep verify reports."""
+"""Record one verify check: the result shape every check in nodeprep verify reports.
+
+Documentation only: the check runs on the controller, in action_plugins/nodeprep_check.py.
+"""
 
 from __future__ import annotations
-
-import time
-
-from ansible.module_utils.basic import AnsibleModule
 
 DOCUMENTATION = r"""
 module: nodeprep_check
 short_description: Report one nodeprep verify check as pass, fail or skip.
 description:
+  - Runs on the controller, with no connection to the node (an action plugin).
   - Turns evidence gathered by earlier tasks into one check result, returned under
     C(nodeprep_check) so that the nodeprep runner collects it into the verify report.
   - A failed check does not fail the task, so the host's remaining checks still run;
@@ -50,47 +50,10 @@ options:
     type: int
 """
 
-
-def describe_error(error: object, timeout: object) -> str:
-    """One sentence for a probe that failed or hung instead of producing evidence."""
-    result = error if isinstance(error, dict) else {"msg": str(error)}
-    msg = str(result.get("msg") or result.get("stderr") or "no message").strip()
-    if result.get("timedout") or "time frame" in msg or "timed out" in msg.lower():
-        seconds = timeout or (result.get("timedout") or {}).get("period", "?")
-        return f"timed out after {seconds} s: the probe did not answer; {msg.splitlines()[0]}"
-    return f"the probe failed, so there is no evidence: {msg.splitlines()[0] if msg else msg}"
-
-
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "check": {"type": "str", "required": True},
-            "passed": {"type": "bool", "default": False},
-            "skip": {"type": "str"},
-            "detail": {"type": "str", "required": True},
-            "since": {"type": "float"},
-            "strict": {"type": "bool", "default": False},
-            "error": {"type": "raw"},
-            "timeout": {"type": "int"},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params["error"] is not None:
-        status = "fail"
-        detail = describe_error(params["error"], params["timeout"])
-    elif params["skip"]:
-        status = "skip"
-        detail = params["skip"]
-    else:
-        status = "pass" if params["passed"] else "fail"
-        detail = params["detail"]
-    seconds = round(time.time() - params["since"], 3) if params["since"] else 0.0
-    result = {"check": params["check"], "status": status, "detail": detail, "seconds": seconds}
-    if status == "fail" and params["strict"]:
-        module.fail_json(msg=f"check {params['check']} failed: {detail}", nodeprep_check=result)
-    module.exit_json(changed=False, nodeprep_check=result, msg=f"{params['check']}: {status}")
-
-
-if __name__ == "__main__":
-    main()
+RETURN = r"""
+nodeprep_check:
+  description: The check result, collected by the nodeprep runner into the verify report.
+  returned: always
+  type: dict
+  sample: {check: tmux.version, status: pass, detail: "tmux 3.5a from /opt/tmux", seconds: 0.4}
+"""
