@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml
 
 lint: setup
 	@bash .ci/timed lint -- bash -c '\
-	  $(BIN)/ruff check provision tests $(wildcard benchmarks/*.py) && \
-	  $(BIN)/ruff format --check provision tests $(wildcard benchmarks/*.py) && \
+	  $(BIN)/ruff check provision tests playbooks $(wildcard benchmarks/*.py) && \
+	  $(BIN)/ruff format --check provision tests playbooks $(wildcard benchmarks/*.py) && \
 	  $(BIN)/mypy && \
 	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production --offline playbooks roles'
 
@@ -31,17 +31,20 @@ test-unit: setup
 	@bash .ci/timed unit -- $(PYTEST) tests/unit
 
 test-integration: setup
-	@bash .ci/timed integration -- $(PYTEST) tests/integration
+	@bash .ci/timed integration -- $(PYTEST) --durations=10 tests/integration
 
 test-lab: setup
 	@bash .ci/timed lab -- $(PYTEST) --durations=20 tests/lab
 
 test: lint test-unit test-integration test-lab
 
-# The main job on the embedded default target: a lab VM (kept running; `make demo-down` ends it).
+# The main job on the embedded default target: a lab VM (kept running; `make demo-down` ends it),
+# provisioned, then proven by verify's report.
 demo: setup
 	@$(BIN)/nodeprep lab status >/dev/null 2>&1 || $(BIN)/nodeprep lab up
-	@$(BIN)/nodeprep provision "$$($(BIN)/nodeprep lab inventory --output .lab-inventory.ini)"
+	@inventory="$$($(BIN)/nodeprep lab inventory --output .lab-inventory.ini)" && \
+	  $(BIN)/nodeprep provision "$$inventory" && \
+	  $(BIN)/nodeprep verify "$$inventory"
 
 demo-down: setup
 	@$(BIN)/nodeprep lab down

@@ -1,4 +1,5 @@
-"""A small fleet on lab VMs: the rolling provision stops at a failing canary, then rolls.
+"""A small fleet on lab VMs: the rolling provision stops at a failing canary, then rolls;
+verify then proves both nodes, and names exactly what was broken on one of them.
 
 Two nodes fit next to the rest of the suite on 2 cores; each is a separate VM with its own
 kernel and data disk, so "untouched" is checked on the node itself (its partition table).
@@ -7,24 +8,29 @@ kernel and data disk, so "untouched" is checked on the node itself (its partitio
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from verify_helpers import BROKEN, SKIPPED, break_node, run_verify, ship_checkpoints, statuses
 
 from nodeprep.cli import cli
 from nodeprep.lab import lifecycle
 from nodeprep.lab.ssh import SshTarget, run_ssh
 from nodeprep.lab.state import LabState, load_state
 
-# Two VMs and three provision runs: 506 s on an idle 2-core machine.
+# Two VMs, three provision runs and two verify runs: 635 s on an idle 2-core machine.
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
 NODES = ("node1", "node2")
+PASSED = {"preflight.os", "heartbeat.service", "heartbeat.probes", "volume_grow.size",
+          "disk.writable", "checkpoint.newest"}  # fmt: skip
 
 
 @pytest.fixture
@@ -100,6 +106,30 @@ def test_canary_failure_stops_rollout_then_fleet_rolls_and_is_idempotent(
         "node2": 0,
     }
 
+    # Verify proves the fleet: every check passes or skips with a reason.
+    for name in NODES:
+        ship_checkpoints(functools.partial(sh, fleet, name), tmp_path)
+    code, output, healthy = run_verify(inventory, tmp_path, "healthy")
+    assert code == 0, output
+    for name in NODES:
+        assert statuses(healthy, "fail", name) == set()
+        assert statuses(healthy, "skip", name) == SKIPPED
+        assert statuses(healthy, "pass", name) >= PASSED
+    assert all(r["detail"] for r in healthy["results"] if r["status"] == "skip")
+
+    # Break node1: verify fails exactly those checks there, names the checkpoint a resume
+    # falls back to, and node2 still passes.
+    stopped_at = time.monotonic()
+    break_node(functools.partial(sh, fleet, "node1"))
+    # The metrics check allows 30 s of age: let the stopped daemon's file get older than that.
+    time.sleep(max(0.0, 31 - (time.monotonic() - stopped_at)))
+    code, output, broken = run_verify(inventory, tmp_path, "broken")
+    assert code == 1, output
+    assert statuses(broken, "fail", "node1") == BROKEN
+    assert statuses(broken, "fail", "node2") == set()
+    assert "a resume falls back to ckpt-0000000008-full (step 8)" in output
+    assert "nodeprep-heartbeat.service is inactive" in output
+
 
 def _vars(tmp_path: Path, volumes: str) -> Path:
     """Per-run variables: the canary's (node2) list may differ from everyone else's."""
@@ -107,5 +137,9 @@ def _vars(tmp_path: Path, volumes: str) -> Path:
     path.write_text(
         "volume_grow_volumes: \"{{ canary_volumes if inventory_hostname == 'node2' "
         f"else [{{'device': '/dev/vdb'}}] }}}}\"\ncanary_volumes: {volumes}\n"
+        # A real probe that passes in the guest (sshd) next to the GPU probe, which skips.
+        "heartbeat_probes:\n"
+        "  - {name: gpu, type: gpu, interval: 10, timeout: 5}\n"
+        "  - {name: ssh, type: tcp, host: 127.0.0.1, port: 22, interval: 2, timeout: 2}\n"
     )
     return path

@@ -91,6 +91,7 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
     assert statuses == dict.fromkeys(
         ["nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up", "nic_bond.active_member",
          "nic_bond.peer"], "pass"), checks.result.results  # fmt: skip
+    verify_fails_with_both_links_cut(lab_node, lab_ini)
 
     # A change whose proof fails (nothing answers at the probe target) is rolled back.
     settled = profiles(lab_node)
@@ -109,15 +110,7 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
     assert ADDRESS in lab_node.sh(f"ip -br addr show {BOND}")
     assert "10.77.0.16" not in lab_node.sh(f"nmcli -g ipv4.addresses connection show {BOND}")
     assert profiles(lab_node) == settled
-    started = time.monotonic()
-    back = until(
-        lambda: "1 received" in lab_node.sh(f"ping -n -c 1 -W 2 -I {BOND} {PEER} || true"), 180
-    )
-    print(f"bond reaches {PEER} {time.monotonic() - started:.0f} s after the rollback")
-    assert back, lab_node.sh(
-        f"cat /proc/net/bonding/{BOND}; ip -d link show {BOND}; ip neigh; ip -br addr; "
-        f"nmcli -f GENERAL.STATE connection show {BOND}"
-    )
+    reaches_peer_again(lab_node)
 
 
 def test_change_that_cuts_the_node_off_is_rolled_back(lab_node: LabNode, tmp_path: Path) -> None:
@@ -140,3 +133,31 @@ def test_change_that_cuts_the_node_off_is_rolled_back(lab_node: LabNode, tmp_pat
     assert "10.0.2.15/24" in lab_node.sh("ip -br addr show ens3")
     assert not re.search(r"\bbond9\b", lab_node.sh("ip -br link"))
     print(f"cut-off run failed and rolled back after {cut.seconds:.0f} s")
+
+
+def verify_fails_with_both_links_cut(lab_node: LabNode, lab_ini: Path) -> None:
+    """Both links cut: the checks that read the live bond fail and say what they saw."""
+    for nic in ("b0", "b1"):
+        assert lab_node.cli("fault", "node1", "link-down", nic).returncode == 0
+    assert until(lambda: members_up(bonding(lab_node)) == [])
+    cut = run_role(lab_ini, playbook="verify.yml")
+    failed = {r["check"]: r["detail"] for r in cut.result.results if r["status"] == "fail"}
+    assert set(failed) == {"nic_bond.members_up", "nic_bond.active_member", "nic_bond.peer"}
+    assert "Members with MII status up: none" in failed["nic_bond.members_up"]
+    assert f"ping -I {BOND} {PEER}" in failed["nic_bond.peer"], failed
+    for nic in ("b0", "b1"):
+        assert lab_node.cli("fault", "node1", "link-up", nic).returncode == 0
+    assert until(lambda: sorted(members_up(bonding(lab_node))) == ["ens4", "ens5"])
+
+
+def reaches_peer_again(lab_node: LabNode) -> None:
+    """The restored bond carries traffic again; how long that took is printed."""
+    started = time.monotonic()
+    back = until(
+        lambda: "1 received" in lab_node.sh(f"ping -n -c 1 -W 2 -I {BOND} {PEER} || true"), 180
+    )
+    print(f"bond reaches {PEER} {time.monotonic() - started:.0f} s after the rollback")
+    assert back, lab_node.sh(
+        f"cat /proc/net/bonding/{BOND}; ip -d link show {BOND}; ip neigh; ip -br addr; "
+        f"nmcli -f GENERAL.STATE connection show {BOND}"
+    )
