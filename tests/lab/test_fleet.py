@@ -18,7 +18,15 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from verify_helpers import BROKEN, SKIPPED, break_node, run_verify, ship_checkpoints, statuses
+from verify_helpers import (
+    BROKEN,
+    SKIPPED,
+    break_node,
+    checkpoint_archive,
+    run_verify,
+    ship_checkpoints,
+    statuses,
+)
 
 from nodeprep.cli import cli
 from nodeprep.lab import lifecycle
@@ -107,8 +115,9 @@ def test_canary_failure_stops_rollout_then_fleet_rolls_and_is_idempotent(
     }
 
     # Verify proves the fleet: every check passes or skips with a reason.
+    archive = checkpoint_archive(tmp_path)
     for name in NODES:
-        ship_checkpoints(functools.partial(sh, fleet, name), tmp_path)
+        ship_checkpoints(functools.partial(sh, fleet, name), archive)
     code, output, healthy = run_verify(inventory, tmp_path, "healthy")
     assert code == 0, output
     for name in NODES:

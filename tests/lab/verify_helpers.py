@@ -37,16 +37,20 @@ BROKEN = {"heartbeat.service", "heartbeat.watchdog", "heartbeat.metrics", "disk.
 Shell = Callable[..., str]
 
 
-def ship_checkpoints(sh: Shell, tmp_path: Path) -> None:
-    """Three real checkpoints from the checkpoint core, unpacked into the node's data disk."""
+def checkpoint_archive(tmp_path: Path) -> str:
+    """Three real checkpoints from the checkpoint core, as a base64 tar.gz for the shell."""
     root = tmp_path / "checkpoints"
     for step in (4, 8, 12):
         commit_checkpoint(root, step, "full", {"m.pt": {"w": torch.full((512,), float(step))}})
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         tar.add(root, arcname=".")
-    blob = base64.b64encode(buffer.getvalue()).decode()
-    sh(f"sudo mkdir -p {CKPT} && echo {blob} | base64 -d | sudo tar xz -C {CKPT}")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def ship_checkpoints(sh: Shell, archive: str) -> None:
+    """Unpack checkpoint_archive's checkpoints into the node's data disk."""
+    sh(f"sudo mkdir -p {CKPT} && echo {archive} | base64 -d | sudo tar xz -C {CKPT}")
 
 
 def break_node(sh: Shell) -> None:
