@@ -20,6 +20,7 @@ from nspawn_node import Container
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 UNIT = "nodeprep-heartbeat.service"
+METRICS = "/var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom"
 
 
 def role_vars(wheel: Path, dead_port: int | None = None) -> dict[str, Any]:
@@ -67,9 +68,10 @@ def test_heartbeat_checks_pass_then_fail_by_name(
     assert found == dict.fromkeys(
         ["heartbeat.service", "heartbeat.watchdog", "heartbeat.metrics", "heartbeat.probes"], "pass"
     )
-    assert (
-        "heartbeat.probes: no failing probe among ckpt, gpu" in (tmp_path / "details").read_text()
-    )
+    details = (tmp_path / "details").read_text()
+    assert "heartbeat.probes: no failing probe among ckpt, gpu" in details
+    assert f"heartbeat.metrics: {METRICS} was written " in details
+    assert " s ago (limit 30 s)" in details
 
     # Port 9 (discard) on loopback: nothing listens, so the probe fails at once.
     second = converge(role_vars(wheel, dead_port=9))
@@ -89,3 +91,16 @@ def test_heartbeat_checks_pass_then_fail_by_name(
         "heartbeat.watchdog",
     ]
     assert f"{UNIT} is inactive" in out
+
+    # A metrics file from the future (a clock stepped back) and a missing one say so.
+    container.sh(f"touch -d @$(( $(date +%s) + 100 )) {METRICS}")
+    code, out, found = verify(converge, tmp_path)
+    assert found["heartbeat.metrics"] == "fail"
+    assert "s in the future by this node's clock" in (tmp_path / "details").read_text()
+    container.sh(f"rm {METRICS}")
+    code, out, found = verify(converge, tmp_path)
+    assert found["heartbeat.metrics"] == "fail"
+    assert (
+        f"{METRICS} is missing; the watchdog is not writing metrics"
+        in (tmp_path / "details").read_text()
+    )
