@@ -5,9 +5,10 @@ session's one source build runs where a fleet would put it: on a build node of t
 release. Here that is a container of the same Debian release, booted natively; it and the
 VM share one build group, the container compiles, the build lands in the controller's
 artifact cache and the VM unpacks it, as every other node of a fleet would. Later tests
-converge fresh VMs from that cache. The tarball is Debian's copy of the upstream release,
-served from 127.0.0.1 on the host (the container shares the host's network; VMs reach it
-through a reverse SSH tunnel on the same port number).
+converge fresh VMs from that cache, with the mitogen strategy (`provision --fast`). The
+tarball is Debian's copy of the upstream release, served from 127.0.0.1 on the host (the
+container shares the host's network; VMs reach it through a reverse SSH tunnel on the same
+port number).
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def test_node_installs_the_cached_build_checks_pass_sessions_survive_logout(
 ) -> None:
     assert list(artifact_cache.iterdir()), "the first test leaves the build in the cache"
     hosts = inventory(node, tmp_path)
-    before = run_play(VERIFY, hosts, {}, tmp_path / "before")
+    before = run_play(VERIFY, hosts, {}, tmp_path / "before", fast=True)
     assert before.result.exit_code == 0, before.messages()
     assert {check["status"] for check in before.checks().values()} == {"skip"}
     assert before.checks()["tmux.version"]["detail"] == "role tmux not applied on this node"
@@ -151,13 +152,13 @@ def test_node_installs_the_cached_build_checks_pass_sessions_survive_logout(
     _kill_user_processes_at_logout(node)
     variables = role_vars(tmux_source, source_port, artifact_cache)
     started = time.monotonic()
-    converge = run_play(CONVERGE, hosts, variables, tmp_path / "c")
+    converge = run_play(CONVERGE, hosts, variables, tmp_path / "c", fast=True)
     print(f"converge from the artifact cache: {time.monotonic() - started:.0f} s")
     assert converge.result.exit_code == 0, converge.messages()
     assert converge.outcome(UNPACK) == "changed"
     assert converge.outcome(COMPILE) is None
 
-    checks = run_play(VERIFY, hosts, {}, tmp_path / "after").checks()
+    checks = run_play(VERIFY, hosts, {}, tmp_path / "after", fast=True).checks()
     statuses = {name: check["status"] for name, check in checks.items()}
     expected = ("tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival")
     assert statuses == dict.fromkeys(expected, "pass"), checks
@@ -172,7 +173,7 @@ def test_node_installs_the_cached_build_checks_pass_sessions_survive_logout(
     assert "train" in node.sh("tmux list-sessions")
 
     node.sh("sudo sed -i 's/^set-window-option -g remain-on-exit on/#/' /etc/tmux.conf")
-    broken = run_play(VERIFY, hosts, {}, tmp_path / "broken").checks()
+    broken = run_play(VERIFY, hosts, {}, tmp_path / "broken", fast=True).checks()
     assert broken["tmux.config"]["status"] == "fail", broken
     assert '"remain-on-exit": "off"' in broken["tmux.config"]["detail"]
     assert broken["tmux.version"]["status"] == "pass"
@@ -193,7 +194,7 @@ def _bad_checksum_keeps_the_old_tmux(
     node: LabNode, hosts: Path, variables: dict[str, Any], source: OrigTarball, tmp_path: Path
 ) -> None:
     bad = {**variables, "tmux_version": "9.9", "tmux_source_sha256": "0" * 64}
-    failed = run_play(CONVERGE, hosts, bad, tmp_path / "bad")
+    failed = run_play(CONVERGE, hosts, bad, tmp_path / "bad", fast=True)
     assert failed.result.exit_code == 1
     assert "does not match tmux_source_sha256" in failed.messages(), failed.messages()
     assert "nothing was installed" in failed.messages()

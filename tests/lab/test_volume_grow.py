@@ -28,8 +28,11 @@ WRITE_PAYLOAD = "sudo dd if=/dev/urandom of=/data/payload bs=1M count=64 status=
 PAYLOAD_SUM = "sha256sum /data/payload | cut -d' ' -f1"
 
 
-def converge(node: LabNode, tmp_path: Path, volumes: list[dict[str, Any]], **extra: Any) -> Any:
-    """Run the role on the lab node through nodeprep's runner, as `provision` does."""
+def converge(
+    node: LabNode, tmp_path: Path, volumes: list[dict[str, Any]], fast: bool = False, **extra: Any
+) -> Any:
+    """Run the role on the lab node through nodeprep's runner, as `provision` does (with
+    ``fast``, as `provision --fast` does: the mitogen strategy)."""
     written = node.cli("inventory", "--output", str(tmp_path / "lab.ini"))
     assert written.returncode == 0, written.stderr
     play = tmp_path / "grow.yml"
@@ -38,6 +41,7 @@ def converge(node: LabNode, tmp_path: Path, volumes: list[dict[str, Any]], **ext
         playbook=play,
         inventory=Path(written.stdout.strip()),
         extra_vars={"volume_grow_volumes": volumes, "volume_grow_cloud_enabled": False, **extra},
+        fast=fast,
     )
     return runner.run(request)
 
@@ -82,7 +86,7 @@ def test_xfs_grows_through_its_mount_point(lab_node: LabNode, tmp_path: Path) ->
     before = lab_node.sh(PAYLOAD_SUM)
     grow_disk(lab_node, "3G")
 
-    result = converge(lab_node, tmp_path, [{"mount": "/data"}])
+    result = converge(lab_node, tmp_path, [{"mount": "/data"}], fast=True)
     assert result.exit_code == 0, result.failures
     assert result.recap["node1"].changed == 4  # growpart, xfs_growfs, the marker
     assert data_size_mib(lab_node) > 2900
@@ -102,7 +106,7 @@ def test_unknown_filesystem_is_refused_and_left_untouched(
     snapshot = "sudo sfdisk --dump /dev/vdb; sudo head -c 16M /dev/vdb1 | sha256sum"
     before = lab_node.sh(snapshot)
 
-    result = converge(lab_node, tmp_path, [{"device": "/dev/vdb"}])
+    result = converge(lab_node, tmp_path, [{"device": "/dev/vdb"}], fast=True)
     assert result.exit_code == 1
     assert "/dev/vdb1 has filesystem none/unknown, which nodeprep does not grow" in messages(result)
     assert result.recap["node1"].changed == 0

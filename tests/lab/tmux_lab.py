@@ -87,8 +87,11 @@ def with_build_node(lab_ini: Path, builder: Container, tmp_path: Path) -> Path:
     return path
 
 
-def run_play(text: str, inventory_path: Path, extra_vars: dict[str, Any], tmp: Path) -> Run:
-    """Write the playbook into a fresh directory and run it as `nodeprep provision` would."""
+def run_play(
+    text: str, inventory_path: Path, extra_vars: dict[str, Any], tmp: Path, fast: bool = False
+) -> Run:
+    """Write the playbook into a fresh directory and run it as `nodeprep provision` would
+    (with ``fast``, as `nodeprep provision --fast` would: the mitogen strategy)."""
     tmp.mkdir(parents=True, exist_ok=True)
     playbook = tmp / "play.yml"
     playbook.write_text(text)
@@ -98,6 +101,8 @@ def run_play(text: str, inventory_path: Path, extra_vars: dict[str, Any], tmp: P
         if item.host is not None and item.outcome is not None:
             run.outcomes.append((item.host, item.task, item.outcome))
 
-    request = runner.RunRequest(playbook=playbook, inventory=inventory_path, extra_vars=extra_vars)
+    request = runner.RunRequest(
+        playbook=playbook, inventory=inventory_path, extra_vars=extra_vars, fast=fast
+    )
     run.result = runner.run(request, on_progress=record)
     return run

@@ -66,14 +66,17 @@ def break_node(sh: Shell) -> None:
     )
 
 
-def run_verify(inventory: Path, tmp_path: Path, name: str) -> tuple[int, str, dict[str, Any]]:
+def run_verify(
+    inventory: Path, tmp_path: Path, name: str, *args: str
+) -> tuple[int, str, dict[str, Any]]:
     """`nodeprep verify` as a user runs it, in its own process; exit code, output, JSON report."""
     out = tmp_path / f"{name}.json"
     variables = tmp_path / "verify-vars.json"
     variables.write_text(json.dumps(NODE_VARS))
     done = subprocess.run(
         [str(Path(sys.executable).with_name("nodeprep")), "verify", str(inventory),
-         "-e", f"@{variables}", "--json", str(out), "--junit", str(tmp_path / f"{name}.xml")],
+         "-e", f"@{variables}", "--json", str(out), "--junit", str(tmp_path / f"{name}.xml"),
+         *args],
         capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
     print(done.stdout[-8000:], done.stderr[-2000:])
@@ -82,3 +85,12 @@ def run_verify(inventory: Path, tmp_path: Path, name: str) -> tuple[int, str, di
 
 def statuses(report: dict[str, Any], status: str, host: str) -> set[str]:
     return {r["check"] for r in report["results"] if r["status"] == status and r["host"] == host}
+
+
+def failures(report: dict[str, Any], host: str) -> dict[str, str]:
+    """The host's failed checks with their detail, so a failed assertion says why."""
+    return {
+        r["check"]: r["detail"]
+        for r in report["results"]
+        if r["status"] == "fail" and r["host"] == host
+    }

@@ -161,3 +161,25 @@ def test_list_hosts_runs_nothing(runs: list[runner.RunRequest], local_inventory:
     assert code == 0
     assert out.strip() == "localhost"
     assert runs == []
+
+
+@pytest.mark.parametrize("command", ["provision", "verify"])
+def test_fast_without_mitogen_is_refused(
+    command: str,
+    runs: list[runner.RunRequest],
+    local_inventory: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner.importlib.util, "find_spec", lambda name: None)
+    code, out = invoke(command, str(local_inventory), "--fast")
+    assert code == 2
+    assert "--fast needs the mitogen package" in out
+    assert runs == []
+
+
+def test_verify_fast_selects_mitogen(runs: list[runner.RunRequest], local_inventory: Path) -> None:
+    _, out = invoke("verify", str(local_inventory), "--fast", "--checks", "disk")
+    assert len(runs) == 1, out
+    assert runs[0].fast
+    _, out = invoke("verify", str(local_inventory), "--checks", "disk")
+    assert not runs[1].fast, out

@@ -10,6 +10,9 @@ from typing import Any, TypeVar
 import click
 import yaml
 
+from nodeprep import runner
+from nodeprep.cli.errors import BadInput
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -96,6 +99,16 @@ def merge_extra_vars(values: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     return merged
 
 
+def refuse_fast_without_mitogen(fast: bool) -> None:
+    """--fast without the mitogen package is bad input: say how to get it, run nothing."""
+    if not fast:
+        return
+    try:
+        runner.mitogen_env()
+    except runner.FastModeUnavailable as exc:
+        raise BadInput(str(exc)) from exc
+
+
 def split_csv(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
 
@@ -119,6 +132,11 @@ extra_vars_option = click.option(
     multiple=True,
     type=ExtraVars(),
     help="Variables: KEY=VALUE, inline JSON/YAML, or @FILE (repeatable).",
+)
+fast_option = click.option(
+    "--fast",
+    is_flag=True,
+    help="Use the mitogen strategy (pip install 'nodeprep[mitogen]'): far fewer seconds per task.",
 )
 verbose_option = click.option(
     "-v", "--verbose", "verbosity", count=True, help="More Ansible detail (-v to -vvvv)."

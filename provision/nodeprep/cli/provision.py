@@ -13,7 +13,13 @@ from rich.console import Console
 from nodeprep import inventory as inventory_mod
 from nodeprep import paths, rollout, runner, wheel
 from nodeprep.cli.errors import BadInput
-from nodeprep.cli.options import merge_extra_vars, run_options, split_csv
+from nodeprep.cli.options import (
+    fast_option,
+    merge_extra_vars,
+    refuse_fast_without_mitogen,
+    run_options,
+    split_csv,
+)
 from nodeprep.cli.progress import ProgressView, print_recap, summary, write_json
 
 
@@ -37,11 +43,7 @@ from nodeprep.cli.progress import ProgressView, print_recap, summary, write_json
     show_default=True,
     help="Batch sizes of the rolling roles: node counts or percentages; the last repeats.",
 )
-@click.option(
-    "--fast",
-    is_flag=True,
-    help="Use the mitogen strategy (pip install 'nodeprep[mitogen]'): far fewer seconds per task.",
-)
+@fast_option
 def provision(
     inventory: Path,
     limit: str | None,
@@ -92,11 +94,7 @@ def provision(
         verbosity=verbosity,
         fast=fast,
     )
-    try:
-        if fast:
-            runner.mitogen_env()
-    except runner.FastModeUnavailable as exc:
-        raise BadInput(str(exc)) from exc
+    refuse_fast_without_mitogen(fast)
     rolling_plan = RollingPlan(serial, canary)
     raise SystemExit(run_playbook(request, json_path, list_hosts, rolling_plan))
 

@@ -15,9 +15,11 @@ from nodeprep import paths, report, runner
 from nodeprep.cli.errors import BadInput
 from nodeprep.cli.options import (
     extra_vars_option,
+    fast_option,
     forks_option,
     limit_option,
     merge_extra_vars,
+    refuse_fast_without_mitogen,
     split_csv,
     verbose_option,
 )
@@ -25,7 +27,8 @@ from nodeprep.cli.progress import write_json
 
 # Check groups (the part of a check's name before the dot) that verify.yml can run.
 GROUPS = (
-    "preflight", "tmux", "bond", "heartbeat", "volume_grow", "disk", "checkpoint", "gpu", "smoke",
+    "preflight", "tmux", "nic_bond", "heartbeat", "volume_grow", "disk", "checkpoint", "gpu",
+    "smoke",
 )  # fmt: skip
 # Disruptive drills run only with --drill; their checks are named drill.<what>.
 DRILL_GROUP = "drill"
@@ -103,6 +106,7 @@ class _Progress:
 @forks_option
 @extra_vars_option
 @verbose_option
+@fast_option
 def verify(
     inventory: Path,
     limit: str | None,
@@ -114,6 +118,7 @@ def verify(
     forks: int | None,
     extra_vars: tuple[dict[str, Any], ...],
     verbosity: int,
+    fast: bool,
 ) -> None:
     """Check every node of INVENTORY and report each check as pass, fail or skip.
 
@@ -125,8 +130,10 @@ def verify(
       nodeprep verify inventory.ini
       nodeprep verify inventory.ini --checks heartbeat,disk --junit verify.xml
       nodeprep verify inventory.ini -l gpu01 --drill --json report.json
+      nodeprep verify inventory.ini --fast
     """
     selectors, groups = parse_checks(checks)
+    refuse_fast_without_mitogen(fast)
     if drill and not selectors:
         groups.append(DRILL_GROUP)
     if DRILL_GROUP in groups and not drill:
@@ -144,6 +151,7 @@ def verify(
         forks=forks,
         extra_vars=variables,
         verbosity=verbosity,
+        fast=fast,
     )
     raise SystemExit(run_verify(request, selectors, json_path, junit_path))
 

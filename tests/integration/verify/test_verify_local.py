@@ -82,8 +82,9 @@ def test_healthy_node_passes_with_gpu_skipped(
     assert "PASSED" in out
 
 
+@pytest.mark.parametrize("strategy", [(), ("--fast",)], ids=["linear", "mitogen"])
 def test_full_disk_and_corrupt_checkpoint_fail_by_name(
-    local_inventory: Path, small_fs: Path, tmp_path: Path
+    local_inventory: Path, small_fs: Path, tmp_path: Path, strategy: tuple[str, ...]
 ) -> None:
     newest = small_fs / "ckpt" / "ckpt-0000000008-full" / "m.pt"
     data = bytearray(newest.read_bytes())
@@ -93,8 +94,9 @@ def test_full_disk_and_corrupt_checkpoint_fail_by_name(
         ["dd", "if=/dev/zero", f"of={small_fs}/fill", "bs=64k"], check=False, capture_output=True
     )
     code, out, found = verify(
-        local_inventory, tmp_path, "-e", node_vars(small_fs), "--checks", "disk,checkpoint"
-    )
+        local_inventory, tmp_path, "-e", node_vars(small_fs), "--checks", "disk,checkpoint",
+        *strategy,
+    )  # fmt: skip
     assert code == 1, out
     assert statuses(found) == {
         "disk.size": "pass",

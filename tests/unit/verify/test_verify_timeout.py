@@ -12,10 +12,11 @@ from nodeprep import report, runner
 pytestmark = pytest.mark.timeout(90)
 
 
-def test_hung_probe_fails_as_timed_out_and_run_continues(local_inventory: Path) -> None:
+@pytest.mark.parametrize("fast", [False, True], ids=["linear", "mitogen"])
+def test_hung_probe_fails_as_timed_out_and_run_continues(local_inventory: Path, fast: bool) -> None:
     started = time.monotonic()
     request = runner.RunRequest(
-        playbook=Path(__file__).with_name("hung_check.yml"), inventory=local_inventory
+        playbook=Path(__file__).with_name("hung_check.yml"), inventory=local_inventory, fast=fast
     )
     result = runner.run(request)
     elapsed = time.monotonic() - started
