@@ -137,9 +137,10 @@ def test_canary_failure_stops_rollout_then_fleet_rolls_and_is_idempotent(
     time.sleep(max(0.0, 31 - (time.monotonic() - stopped_at)))
     code, output, broken = run_verify(inventory, tmp_path, "broken", "--fast")
     assert code == 1, output
-    assert set(failures(broken, "node1")) == BROKEN, failures(broken, "node1")
-    assert failures(broken, "node2") == {}, (
-        failures(broken, "node2"),
+    failed = {name: failures(broken, name) for name in NODES}
+    assert set(failed["node1"]) == BROKEN, failed["node1"]
+    assert failed["node2"] == {}, (
+        failed["node2"],
         sh(fleet, "node2", "date; sudo journalctl -u nodeprep-heartbeat --no-pager | tail -20"),
     )
     assert "a resume falls back to ckpt-0000000008-full (step 8)" in output
