@@ -8,6 +8,7 @@ the tiers stay within CI's time budget; it is cached by content hash like any ot
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,9 +41,29 @@ def apptainer() -> Path:
 
 
 def build_image(
-    apptainer_path: Path, output: Path, *extra: str
+    apptainer_path: Path, output: Path, *extra: str, torch: str = "none"
 ) -> subprocess.CompletedProcess[str]:
-    """`nodeprep build-image` for a torch-less image, as a user runs it."""
-    command = [str(Path(sys.executable).with_name("nodeprep")), "build-image", "--torch", "none",
+    """`nodeprep build-image`, as a user runs it; torch-less unless TORCH is a requirement."""
+    command = [str(Path(sys.executable).with_name("nodeprep")), "build-image", "--torch", torch,
                "--apptainer", str(apptainer_path), "--output", str(output), *extra]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False)
+    return subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+
+
+def torch_wheelhouse() -> tuple[Path, str]:
+    """The wheels of the torch this venv runs (the CPU build) and its dependencies, fetched
+    once per machine with pip into the cache; returns (directory, requirement)."""
+    import torch
+
+    requirement = f"torch=={torch.__version__}"
+    dest = runtime.cache_dir() / f"wheelhouse-{torch.__version__}"
+    if not any(dest.glob("torch-*.whl")):
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--dest", str(partial), requirement],
+            capture_output=True, text=True, timeout=1200, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, f"pip download {requirement}: {done.stderr[-2000:]}"
+        partial.rename(dest)
+    return dest, requirement

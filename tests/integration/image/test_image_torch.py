@@ -1,0 +1,79 @@
+"""The trainer image with torch: a real build from the local wheelhouse, then the trainer
+inside it trains, is SIGKILLed and resumes bit-exact.
+
+Built with --force so every run builds (minutes); the torch-less image of
+test_image_build.py covers the cached skip and the build failures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from image_testbed import apptainer, build_image, torch_wheelhouse
+from nodeprep.image import runtime
+
+pytestmark = pytest.mark.integration
+TORCH_IMAGE = runtime.cache_dir() / "test-images" / "nodeprep-torch.sif"
+
+
+@pytest.fixture(scope="module")
+def runtime_path() -> Path:
+    return apptainer()
+
+
+@pytest.fixture(scope="module")
+def built(runtime_path: Path) -> tuple[subprocess.CompletedProcess[str], str]:
+    wheelhouse, requirement = torch_wheelhouse()
+    done = build_image(
+        runtime_path, TORCH_IMAGE, "--force", "--wheelhouse", str(wheelhouse), torch=requirement
+    )
+    print(done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else done.stderr[-500:])
+    return done, requirement
+
+
+def test_build_from_the_wheelhouse_passes_its_resume_test(
+    runtime_path: Path, built: tuple[subprocess.CompletedProcess[str], str]
+) -> None:
+    done, requirement = built
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = TORCH_IMAGE.with_name(TORCH_IMAGE.name + ".build.log").read_text()
+    tested = log.split("Running testscript", 1)[1]
+    assert f"torch {requirement.split('==')[1]}" in tested
+    assert "trainer resumed bit-exact: " in tested
+    shown = subprocess.run(
+        [str(runtime_path), "inspect", "--json", "--labels", str(TORCH_IMAGE)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    labels = json.loads(shown.stdout)["data"]["attributes"]["labels"]
+    assert labels["org.nodeprep.torch"] == requirement
+
+
+def test_trainer_in_the_image_is_killed_and_resumes_bit_exact(
+    runtime_path: Path, built: tuple[subprocess.CompletedProcess[str], str], tmp_path: Path
+) -> None:
+    assert built[0].returncode == 0
+    launcher = f"{runtime_path} exec --no-privs {TORCH_IMAGE}"
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeprep.smoke", "--work-dir", str(tmp_path), "--steps", "24",
+         "--checkpoint-every", "4", "--launcher", launcher],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.stdout.strip(), done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"drill in the image: {result['detail']} ({result['seconds']} s)")
+    assert done.returncode == 0, result
+    assert result["passed"], result
+    assert result["inside_image"], result
+    assert result["resumed_hash"] == result["reference_hash"], result
+    assert result["resumed_from"] is not None, result
+    assert result["resumed_from"] >= 4, result  # from a checkpoint, not from step 0
+    # The SIGKILL reached the trainer inside the container: nothing of the drill runs on.
+    left = subprocess.run(
+        ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert left.stdout == "", f"processes of the drill still running: {left.stdout}"
