@@ -44,11 +44,13 @@ def run_role(
     extra: dict[str, Any] | None = None,
     playbook: str = "converge.yml",
     check: bool = False,
+    fast: bool = False,
 ) -> RoleRun:
-    """One real ansible-runner run of a playbook in tests/lab/nic_bond on the lab node."""
+    """One real ansible-runner run of a playbook in tests/lab/nic_bond on the lab node
+    (with ``fast``, under the mitogen strategy, as `provision --fast` runs it)."""
     request = runner.RunRequest(
         playbook=PLAYBOOKS / playbook, inventory=inventory_path, check=check,
-        extra_vars=extra or {},
+        extra_vars=extra or {}, fast=fast,
     )  # fmt: skip
     started = time.monotonic()
     result = runner.run(request)

@@ -116,8 +116,8 @@ def test_canary_failure_stops_rollout_then_fleet_rolls_and_is_idempotent(
     }
 
     # Verify proves the fleet: every check passes or skips with a reason. Fleet-wide, as
-    # provision above, with --fast (verify under the linear strategy runs in the nic_bond
-    # tests and in `make demo`).
+    # provision above, with --fast (verify under the linear strategy runs in the integration
+    # tier and in `make demo`).
     archive = checkpoint_archive(tmp_path)
     for name in NODES:
         ship_checkpoints(functools.partial(sh, fleet, name), archive)

@@ -1,7 +1,9 @@
 """The nic_bond role on a real kernel: refusal, check mode, converge, failover, rollback.
 
 Each Ansible task costs seconds under TCG, so one node carries a whole story: the steps
-build on each other the way an operator would meet them.
+build on each other the way an operator would meet them. That story runs under the mitogen
+strategy (`provision --fast`); the cut-off rollback, where the management link itself goes
+away, runs under Ansible's own linear strategy.
 """
 
 from __future__ import annotations
@@ -39,20 +41,20 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
     before = profiles(lab_node)
 
     # ens3 carries the SSH session: refused without the opt-in, nothing changed.
-    refused = run_role(lab_ini, {"nic_bond_members": ["ens3", "ens4"]})
+    refused = run_role(lab_ini, {"nic_bond_members": ["ens3", "ens4"]}, fast=True)
     assert refused.result.exit_code == 1
     assert "Refusing to bond ens3 into bond0" in refused.messages
     assert "management connection" in refused.messages
     assert profiles(lab_node) == before
 
     # Check mode reports the change and makes none.
-    checked = run_role(lab_ini, check=True)
+    checked = run_role(lab_ini, check=True, fast=True)
     assert checked.result.exit_code == 0, checked.messages
     assert checked.changed > 0
     assert profiles(lab_node) == before
     assert "absent" in lab_node.sh(f"test -e {MARKER} && echo present || echo absent")
 
-    converged = run_role(lab_ini)
+    converged = run_role(lab_ini, fast=True)
     assert converged.result.exit_code == 0, converged.messages
     text = bonding(lab_node)
     assert "Bonding Mode: fault-tolerance (active-backup)" in text
@@ -81,12 +83,12 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
     assert until(lambda: sorted(members_up(bonding(lab_node))) == ["ens4", "ens5"])
 
     # After the failover and the link's return: a second converge changes nothing.
-    again = run_role(lab_ini)
+    again = run_role(lab_ini, fast=True)
     assert again.result.exit_code == 0, again.messages
     assert again.changed == 0, f"second converge changed {again.changed} task(s)"
     print(f"converge {converged.seconds:.0f} s, second converge {again.seconds:.0f} s")
 
-    checks = run_role(lab_ini, playbook="verify.yml")
+    checks = run_role(lab_ini, playbook="verify.yml", fast=True)
     statuses = {r["check"]: r["status"] for r in checks.result.results}
     assert statuses == dict.fromkeys(
         ["nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up", "nic_bond.active_member",
@@ -102,6 +104,7 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
             "nic_bond_probe_target": "10.77.0.99",
             "nic_bond_probe_timeout": 5,
         },
+        fast=True,
     )
     assert bad.result.exit_code == 1
     assert "Prove the node reaches the probe target" in bad.messages
@@ -140,7 +143,7 @@ def verify_fails_with_both_links_cut(lab_node: LabNode, lab_ini: Path) -> None:
     for nic in ("b0", "b1"):
         assert lab_node.cli("fault", "node1", "link-down", nic).returncode == 0
     assert until(lambda: members_up(bonding(lab_node)) == [])
-    cut = run_role(lab_ini, playbook="verify.yml")
+    cut = run_role(lab_ini, playbook="verify.yml", fast=True)
     failed = {r["check"]: r["detail"] for r in cut.result.results if r["status"] == "fail"}
     assert set(failed) == {"nic_bond.members_up", "nic_bond.active_member", "nic_bond.peer"}
     assert "Members with MII status up: none" in failed["nic_bond.members_up"]

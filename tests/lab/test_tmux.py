@@ -5,7 +5,8 @@ session's one source build runs where a fleet would put it: on a build node of t
 release. Here that is a container of the same Debian release, booted natively; it and the
 VM share one build group, the container compiles, the build lands in the controller's
 artifact cache and the VM unpacks it, as every other node of a fleet would. Later tests
-converge fresh VMs from that cache, with the mitogen strategy (`provision --fast`). The
+converge fresh VMs from that cache. Every run here uses the mitogen strategy (`provision
+--fast`); the chroot connection to the build node runs as Ansible's own. The
 tarball is Debian's copy of the upstream release, served from 127.0.0.1 on the host (the
 container shares the host's network; VMs reach it through a reverse SSH tunnel on the same
 port number).
@@ -98,7 +99,7 @@ def test_build_node_compiles_once_the_vm_unpacks_and_a_rerun_changes_nothing(
     assert not list(artifact_cache.iterdir())
 
     started = time.monotonic()
-    first = run_play(CONVERGE, hosts, variables, tmp_path / "first")
+    first = run_play(CONVERGE, hosts, variables, tmp_path / "first", fast=True)
     print(f"first converge (build node compiles, VM unpacks): {time.monotonic() - started:.0f} s")
     print(build_node.sh("tail -n 1 /var/cache/nodeprep/tmux/build-*.log", check=False).stdout)
     assert first.result.exit_code == 0, first.messages()
@@ -114,7 +115,7 @@ def test_build_node_compiles_once_the_vm_unpacks_and_a_rerun_changes_nothing(
     assert artifacts[0].startswith(f"tmux-{version}-debian-{Recipe().distro}-x86_64-")
 
     started = time.monotonic()
-    second = run_play(CONVERGE, hosts, variables, tmp_path / "second")
+    second = run_play(CONVERGE, hosts, variables, tmp_path / "second", fast=True)
     print(f"second converge: {time.monotonic() - started:.0f} s")
     assert second.result.exit_code == 0, second.messages()
     assert second.changed == 0, second.outcomes

@@ -67,7 +67,7 @@ def test_ext4_grows_online_keeps_data_and_second_run_changes_nothing(
     assert data_size_mib(lab_node) < 1024
     grow_disk(lab_node, "2G")
 
-    first = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 2}])
+    first = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 2}], fast=True)
     assert first.exit_code == 0, first.failures
     # growpart, resize2fs, and the applied marker (its directory and file) for verify
     assert first.recap["node1"].changed == 4
@@ -75,7 +75,7 @@ def test_ext4_grows_online_keeps_data_and_second_run_changes_nothing(
     assert lab_node.sh("findmnt -no FSTYPE /data").strip() == "ext4"
     assert lab_node.sh(PAYLOAD_SUM) == before
 
-    second = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 2}])
+    second = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 2}], fast=True)
     assert second.exit_code == 0, second.failures
     assert second.recap["node1"].changed == 0
 
