@@ -27,19 +27,17 @@ from nodeprep.cli.progress import write_json
 
 # Check groups (the part of a check's name before the dot) that verify.yml can run.
 GROUPS = (
-    "preflight", "tmux", "nic_bond", "heartbeat", "volume_grow", "disk", "checkpoint", "gpu",
-    "smoke",
+    "preflight", "tmux", "nic_bond", "apptainer", "heartbeat", "volume_grow", "disk",
+    "checkpoint", "gpu", "smoke",
 )  # fmt: skip
 # Disruptive drills run only with --drill; their checks are named drill.<what>.
 DRILL_GROUP = "drill"
-# Groups whose roles are not wired into verify.yml yet; asking for them is not an error.
-PLANNED_GROUPS = ("apptainer",)
 
 
 def parse_checks(values: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """(selectors, groups to run) from --checks; unknown names are refused before any run."""
     selectors = split_csv(values)
-    known = (*GROUPS, DRILL_GROUP, *PLANNED_GROUPS)
+    known = (*GROUPS, DRILL_GROUP)
     for name in selectors:
         if name.split(".", 1)[0] not in known:
             raise BadInput(
