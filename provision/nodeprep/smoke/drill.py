@@ -152,8 +152,21 @@ def run_drill(config: DrillConfig, rng: random.Random | None = None) -> DrillRes
         resumed_hash=resumed.final_hash,
         resumed_from=resumed.start_step if resumed.resumed else None,
         seconds=round(time.monotonic() - started, 3),
-        inside_image=bool(config.launcher),
+        inside_image=bool(config.launcher or image_around()),
     )
+
+
+def image_around() -> str:
+    """The Apptainer/Singularity image this process runs in ('' outside any): the drill may
+    run inside the image itself, with no launcher, as verify runs it on nodes with one."""
+    return os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER", "")
+
+
+def _where(config: DrillConfig) -> str:
+    if config.launcher:
+        return f"inside {shlex.join(config.launcher)}"
+    image = image_around()
+    return f"inside image {image}" if image else "outside any image"
 
 
 def judge(
@@ -164,7 +177,7 @@ def judge(
     resumed: RunOutcome,
 ) -> tuple[bool, str]:
     """One sentence on what happened; passed only when the resumed hash equals the reference."""
-    where = f"inside {shlex.join(config.launcher)}" if config.launcher else "outside any image"
+    where = _where(config)
     if reference.final_hash is None:
         return False, f"the uninterrupted run ({where}) did not finish: {_tail(reference)}"
     if killed.returncode != -signal.SIGKILL or killed.final_hash is not None:

@@ -53,22 +53,32 @@ def test_build_from_the_wheelhouse_passes_its_resume_test(
     assert labels["org.nodeprep.torch"] == requirement
 
 
+@pytest.mark.parametrize("where", ["launcher", "inside"])
 def test_trainer_in_the_image_is_killed_and_resumes_bit_exact(
-    runtime_path: Path, built: tuple[subprocess.CompletedProcess[str], str], tmp_path: Path
+    runtime_path: Path,
+    built: tuple[subprocess.CompletedProcess[str], str],
+    tmp_path: Path,
+    where: str,
 ) -> None:
+    """launcher: this Python drives, the trainer runs through `apptainer exec`; inside: the
+    whole drill runs in the image, as `nodeprep verify` runs it on a node with the image."""
     assert built[0].returncode == 0
-    launcher = f"{runtime_path} exec --no-privs {TORCH_IMAGE}"
-    done = subprocess.run(
-        [sys.executable, "-m", "nodeprep.smoke", "--work-dir", str(tmp_path), "--steps", "24",
-         "--checkpoint-every", "4", "--launcher", launcher],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+    image = f"{runtime_path} exec --no-privs {TORCH_IMAGE}"
+    drill = ["-m", "nodeprep.smoke", "--work-dir", str(tmp_path), "--steps", "24",
+             "--checkpoint-every", "4"]  # fmt: skip
+    argv = (
+        [sys.executable, *drill, "--launcher", image]
+        if where == "launcher"
+        else [*image.split(), "python3", *drill]
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     assert done.stdout.strip(), done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"drill in the image: {result['detail']} ({result['seconds']} s)")
+    print(f"drill ({where}): {result['detail']} ({result['seconds']} s)")
     assert done.returncode == 0, result
     assert result["passed"], result
     assert result["inside_image"], result
+    assert f"{TORCH_IMAGE}, SIGKILL after step" in result["detail"], result
     assert result["resumed_hash"] == result["reference_hash"], result
     assert result["resumed_from"] is not None, result
     assert result["resumed_from"] >= 4, result  # from a checkpoint, not from step 0

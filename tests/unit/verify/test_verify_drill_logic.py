@@ -6,6 +6,8 @@ import random
 import signal
 from pathlib import Path
 
+import pytest
+
 from nodeprep.smoke.drill import DrillConfig, RunOutcome, choose_kill_step, judge, trainer_argv
 
 CONFIG = DrillConfig(Path("/w"), steps=24, checkpoint_every=4)
@@ -29,7 +31,9 @@ def test_launcher_prefixes_the_trainer_command() -> None:
     assert argv[argv.index("--run-dir") + 1] == "/w/drill"
 
 
-def test_bit_exact_resume_passes() -> None:
+def test_bit_exact_resume_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("APPTAINER_CONTAINER", raising=False)
+    monkeypatch.delenv("SINGULARITY_CONTAINER", raising=False)
     passed, detail = judge(
         CONFIG, 11, outcome(0, GOOD), outcome(-signal.SIGKILL, None), outcome(0, GOOD, 8, True)
     )
@@ -55,3 +59,14 @@ def test_a_run_that_was_not_killed_or_did_not_resume_fails() -> None:
     )
     assert not fresh[0]
     assert "did not resume from a checkpoint" in fresh[1]
+
+
+def test_a_drill_run_inside_an_image_says_which(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify runs the whole drill in the node's image (no launcher): Apptainer's variable
+    names the image."""
+    monkeypatch.setenv("APPTAINER_CONTAINER", "/opt/nodeprep/images/trainer.sif")
+    passed, detail = judge(
+        CONFIG, 11, outcome(0, GOOD), outcome(-signal.SIGKILL, None), outcome(0, GOOD, 8, True)
+    )
+    assert passed
+    assert "24 steps inside image /opt/nodeprep/images/trainer.sif, SIGKILL after" in detail
