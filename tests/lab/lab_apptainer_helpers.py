@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import json
 import subprocess
 import sys
-import threading
 import urllib.parse
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,26 +34,6 @@ def guest_debs(dpkg_status: str) -> list[Path]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     status.write_text(dpkg_status)
     return fetch_debs(debian_mirror(), dest, node_status=status)
-
-
-@contextmanager
-def served(directory: Path) -> Iterator[int]:
-    """Serve DIRECTORY over HTTP on 127.0.0.1; yields the port."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Keep the test output free of one line per request."""
 
 
 def forward_to_guest(inventory: Path, port: int) -> None:

@@ -16,11 +16,11 @@ from lab_apptainer_helpers import (
     package_files,
     provision,
     run_play,
-    served,
 )
 from lab_helpers import LabNode
 
 from image_testbed import SLIM_IMAGE, apptainer, build_image
+from nodeprep.lab.fileserve import serve_directory
 
 pytestmark = pytest.mark.lab
 DEST = "/opt/nodeprep/images/nodeprep-slim.sif"
@@ -43,7 +43,7 @@ def test_role_installs_copies_runs_and_second_run_changes_nothing(
     written = lab_node.cli("inventory", "--output", str(tmp_path / "lab.ini"))
     assert written.returncode == 0, written.stderr
     inventory = Path(written.stdout.strip())
-    with served(debs[0].parent) as port:
+    with serve_directory(debs[0].parent) as port:
         forward_to_guest(inventory, port)
         files = package_files(debs)
         good = {
