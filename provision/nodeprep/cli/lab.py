@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from nodeprep.lab import faults, lifecycle
+from nodeprep.lab import apptainer, faults, lifecycle
 from nodeprep.lab.errors import LabError, LabInputError
 from nodeprep.lab.inventory import render_ini
 from nodeprep.lab.node import BOND_NICS, is_our_qemu
@@ -154,6 +154,32 @@ def inventory(output: Path | None) -> None:
     except OSError as error:
         raise LabUsageError(
             f"Cannot write the inventory to {output} ({error.strerror}); choose a writable path."
+        ) from error
+    click.echo(str(output.resolve()))
+
+
+@lab.command(name="apptainer-vars")
+@click.argument("image", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Write the extra vars (JSON) here and print the path.")  # fmt: skip
+@lab_errors
+def apptainer_vars(image: Path, output: Path) -> None:
+    """Write extra vars that make `nodeprep provision` apply the apptainer role to the lab:
+    Apptainer from .debs sent by this machine (fetched once, sha256-checked) and IMAGE.
+
+    \b
+    Example:
+      nodeprep build-image -o trainer.sif
+      nodeprep lab apptainer-vars trainer.sif --output lab-apptainer.json
+      nodeprep provision lab.ini -e @lab-apptainer.json
+    """
+    _progress_logging()
+    variables = apptainer.provision_vars(lifecycle.running_state(lab_dir()), image)
+    try:
+        output.write_text(json.dumps(variables, indent=2) + "\n")
+    except OSError as error:
+        raise LabUsageError(
+            f"Cannot write the vars to {output} ({error.strerror}); choose a writable path."
         ) from error
     click.echo(str(output.resolve()))
 

@@ -8,7 +8,6 @@ one apt would install on the host, so the pool still holds it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import subprocess
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeprep.image.definition import file_sha256
 from nodeprep.lab.errors import LabError
 from nodeprep.lab.mirror import debian_mirror
 
@@ -73,14 +73,6 @@ def apt_candidate(package: str) -> tuple[str, str]:
     return parse_apt_show(done.stdout)
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_orig_tarball(
     package: str,
     cache: Path,
@@ -103,4 +95,4 @@ def fetch_orig_tarball(
             partial.unlink(missing_ok=True)
             raise LabError(f"Could not download {url}: {exc}") from exc
         partial.rename(target)
-    return OrigTarball(source, upstream, target, sha256_of(target))
+    return OrigTarball(source, upstream, target, file_sha256(target))

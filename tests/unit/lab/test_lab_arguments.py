@@ -51,7 +51,9 @@ def lab_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
      (["up", "--distro", "sid"], "'sid' is not one of"),
      (["status"], "No lab is running"), (["inventory"], "No lab is running"),
      (["fault", "node1", "link-down", "b0"], "No lab is running"),
-     (["fault", "node1", "explode", "b0"], "'explode' is not one of")],
+     (["fault", "node1", "explode", "b0"], "'explode' is not one of"),
+     (["apptainer-vars", "t.sif", "--output", "v.json"], "No lab is running"),
+     (["apptainer-vars", "t.sif"], "Missing option '--output'")],
 )  # fmt: skip
 def test_cli_bad_input_exits_2(lab_dir: Path, argv: list[str], message: str) -> None:
     result = CliRunner().invoke(lab, argv)
@@ -84,3 +86,16 @@ def test_inventory_output_to_missing_directory(lab_dir: Path, tmp_path: Path) ->
     assert written.exit_code == 0
     assert written.output.strip() == str(tmp_path / "lab.ini")
     assert "node1 ansible_host=127.0.0.1 ansible_port=1 " in (tmp_path / "lab.ini").read_text()
+
+
+def test_apptainer_vars_names_a_missing_image_and_writes_nothing(
+    lab_dir: Path, tmp_path: Path
+) -> None:
+    save_state(lab_dir, LabState("trixie", "x", "tcg", "k", [NodeRecord("node1", 1, "/nx", 0)]))
+    image, output = tmp_path / "missing.sif", tmp_path / "vars.json"
+    result = CliRunner().invoke(lab, ["apptainer-vars", str(image), "--output", str(output)])
+    assert result.exit_code == 2
+    assert f"Image {image} does not exist; build it first with `nodeprep build-image" in (
+        result.output
+    )
+    assert not output.exists()
