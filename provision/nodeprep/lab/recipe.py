@@ -48,8 +48,9 @@ class Recipe:
 
     distro: str = DEFAULT_DISTRO
     packages: tuple[str, ...] = field(default=BASE_PACKAGES + ROLE_PACKAGES)
-    # Sparse: 12 GiB costs only what is written, and leaves the 10 GiB free that preflight wants.
-    root_size_mb: int = 12288
+    # Sparse: 16 GiB costs only what is written, and leaves the 10 GiB free that preflight wants
+    # with the trainer image (~370 MB) and Apptainer on the node.
+    root_size_mb: int = 16384
     data_size_mb: int = 1024
     hook: str = CUSTOMIZE_HOOK
     format_version: int = 1
