@@ -1,8 +1,8 @@
-"""Apptainer and a small trainer image for the image and lab tiers, prepared once per machine.
+"""Apptainer and the trainer image for the image and lab tiers.
 
 Debian 13 gets sid's apptainer package; Debian 12 runs it from a cached Debian 13 root
-filesystem (nodeprep.image.runtime decides). The small image has nodeprep but no torch, so
-the tiers stay within CI's time budget; it is cached by content hash like any other.
+filesystem (nodeprep.image.runtime decides). The image holds nodeprep and the CPU build of
+torch from a wheelhouse that pip fills once per machine.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import pytest
 from nodeprep.image import runtime
 from nodeprep.lab.mirror import debian_mirror
 
-SLIM_IMAGE = runtime.cache_dir() / "test-images" / "nodeprep-slim.sif"
+# Built by the image tier (always, --force); the lab tier's quick-start chain reuses it.
+TORCH_IMAGE = runtime.cache_dir() / "test-images" / "nodeprep-torch.sif"
 SUBID_ENTRY = "root:100000:65536"
 
 

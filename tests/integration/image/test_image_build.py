@@ -1,7 +1,6 @@
-"""A real apptainer build of the trainer image (debootstrap base, no torch, to fit CI's budget).
-
-One build per run (--force), then the same inputs again (skipped), then failures: a broken
-definition and an option apptainer rejects. The image is left in the cache for the lab tier.
+"""The real apptainer build of the trainer image (conftest's: debootstrap base, torch from the
+wheelhouse, --force), then the same inputs again (skipped), then failures: a broken
+definition and an option apptainer rejects.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from image_testbed import SLIM_IMAGE, apptainer, build_image
+from image_testbed import TORCH_IMAGE, build_image, torch_wheelhouse
 from nodeprep.image.build import BuildRequest, run_build
 from nodeprep.image.definition import BuildSpec, parse_base
 from nodeprep.image.errors import ImageError
@@ -22,14 +21,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-def runtime_path() -> Path:
-    return apptainer()
-
-
-@pytest.fixture(scope="module")
-def built(runtime_path: Path) -> subprocess.CompletedProcess[str]:
-    return build_image(runtime_path, SLIM_IMAGE, "--force")
+Built = tuple[subprocess.CompletedProcess[str], str]
 
 
 def labels(runtime_path: Path, image: Path) -> dict[str, str]:
@@ -42,20 +34,21 @@ def labels(runtime_path: Path, image: Path) -> dict[str, str]:
 
 
 def test_build_passes_its_test_section_and_labels_the_inputs(
-    runtime_path: Path, built: subprocess.CompletedProcess[str]
+    runtime_path: Path, built: Built
 ) -> None:
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert re.search(r" built in [\d.]+ s \(\d+ MB", built.stdout), built.stdout
-    log = SLIM_IMAGE.with_name(SLIM_IMAGE.name + ".build.log").read_text()
+    done, requirement = built
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r" built in [\d.]+ s \(\d+ MB", done.stdout), done.stdout
+    log = TORCH_IMAGE.with_name(TORCH_IMAGE.name + ".build.log").read_text()
     assert "INFO:    Running testscript" in log
     assert "nodeprep 0.1.0" in log.split("Running testscript", 1)[1]
-    found = labels(runtime_path, SLIM_IMAGE)
+    found = labels(runtime_path, TORCH_IMAGE)
     assert re.fullmatch(r"[0-9a-f]{64}", found["org.nodeprep.content-hash"])
     assert found["org.nodeprep.version"] == "0.1.0"
     assert found["org.nodeprep.base"] == "debootstrap:bookworm"
-    assert found["org.nodeprep.torch"] == "none"
+    assert found["org.nodeprep.torch"] == requirement
     ran = subprocess.run(
-        [str(runtime_path), "exec", "--no-privs", str(SLIM_IMAGE), "python", "-c",
+        [str(runtime_path), "exec", "--no-privs", str(TORCH_IMAGE), "python", "-c",
          "import nodeprep.contract, nodeprep; print(nodeprep.__file__)"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -64,27 +57,30 @@ def test_build_passes_its_test_section_and_labels_the_inputs(
 
 
 def test_same_inputs_again_skip_the_build_in_under_a_second(
-    runtime_path: Path, built: subprocess.CompletedProcess[str]
+    runtime_path: Path, built: Built
 ) -> None:
-    assert built.returncode == 0
-    before = SLIM_IMAGE.stat().st_mtime_ns
-    again = build_image(runtime_path, SLIM_IMAGE)
+    assert built[0].returncode == 0
+    before = TORCH_IMAGE.stat().st_mtime_ns
+    wheelhouse, requirement = torch_wheelhouse()
+    again = build_image(
+        runtime_path, TORCH_IMAGE, "--wheelhouse", str(wheelhouse), torch=requirement
+    )
     assert again.returncode == 0, again.stderr
     seconds = re.search(r"up to date, build skipped in ([\d.]+) s", again.stdout)
     assert seconds, again.stdout
     assert float(seconds.group(1)) < 1.0
-    assert SLIM_IMAGE.stat().st_mtime_ns == before
+    assert TORCH_IMAGE.stat().st_mtime_ns == before
 
 
 def test_broken_definition_fails_with_the_log_tail(
-    runtime_path: Path, built: subprocess.CompletedProcess[str], tmp_path: Path
+    runtime_path: Path, built: Built, tmp_path: Path
 ) -> None:
-    assert built.returncode == 0
+    assert built[0].returncode == 0
     recipe = tmp_path / "ctx" / "broken.def"
     recipe.parent.mkdir()
     # Built on the image above (no network, seconds): %post fails on purpose.
     recipe.write_text(
-        f"Bootstrap: localimage\nFrom: {SLIM_IMAGE}\n\n%post\n"
+        f"Bootstrap: localimage\nFrom: {TORCH_IMAGE}\n\n%post\n"
         "    echo 'about to fail on purpose'\n    exit 3\n"
     )
     spec = BuildSpec(parse_base("debootstrap:bookworm"), None, None, REPO)

@@ -1,8 +1,6 @@
-"""The trainer image with torch: a real build from the local wheelhouse, then the trainer
-inside it trains, is SIGKILLed and resumes bit-exact.
-
-Built with --force so every run builds (minutes); the torch-less image of
-test_image_build.py covers the cached skip and the build failures.
+"""The trainer image with torch (conftest's build): its %test resumed bit-exact, and the
+trainer inside it trains, is SIGKILLed and resumes bit-exact, through a launcher and with the
+whole drill inside the image; test_image_build.py covers the cached skip and build failures.
 """
 
 from __future__ import annotations
@@ -14,26 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from image_testbed import apptainer, build_image, torch_wheelhouse
-from nodeprep.image import runtime
+from image_testbed import TORCH_IMAGE
 
 pytestmark = pytest.mark.integration
-TORCH_IMAGE = runtime.cache_dir() / "test-images" / "nodeprep-torch.sif"
-
-
-@pytest.fixture(scope="module")
-def runtime_path() -> Path:
-    return apptainer()
-
-
-@pytest.fixture(scope="module")
-def built(runtime_path: Path) -> tuple[subprocess.CompletedProcess[str], str]:
-    wheelhouse, requirement = torch_wheelhouse()
-    done = build_image(
-        runtime_path, TORCH_IMAGE, "--force", "--wheelhouse", str(wheelhouse), torch=requirement
-    )
-    print(done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else done.stderr[-500:])
-    return done, requirement
 
 
 def test_build_from_the_wheelhouse_passes_its_resume_test(

@@ -1,0 +1,125 @@
+"""The quick start's chain on one lab node (Debian 13, no internet), as `make demo` runs it:
+lab up -> build-image -> `lab apptainer-vars` -> provision -> verify. Every check passes but
+those of roles the chain leaves out and the GPU's, which skip saying why; the smoke drill
+SIGKILLs the trainer inside the image on the node and it resumes bit-exact. Around it, what
+the apptainer role must refuse: a package or an image whose sha256 is not the one given is
+not sent, and nothing changes on the node.
+
+The torch image is the one the image tier built in this run (same path and content hash, so
+build-image skips it); provision and verify run under the mitogen strategy (`--fast`), as in
+the fleet test, to keep CI within its budget; `make demo` runs them under the linear one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab_helpers import LabNode
+from verify_helpers import checkpoint_archive, failures, run_verify, ship_checkpoints, statuses
+
+from image_testbed import TORCH_IMAGE, apptainer, build_image, torch_wheelhouse
+from nodeprep.lab.apptainer import IMAGE_DEST
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(2400)]
+CACHE = "/var/cache/nodeprep/apptainer"
+# The chain applies preflight, heartbeat, volume_grow (with no volume to grow, as `make demo`)
+# and apptainer; tmux and the bond are opt-in, and the lab has no GPU.
+SKIPPED = {"gpu.driver", "gpu.count", "gpu.temperature", "gpu.ecc", "gpu.xid", "volume_grow.size",
+           "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival",
+           "nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up", "nic_bond.active_member",
+           "nic_bond.peer"}  # fmt: skip
+PASSED = {"preflight.os", "preflight.disk", "heartbeat.service", "heartbeat.probes",
+          "disk.size", "disk.free", "disk.writable", "checkpoint.newest", "apptainer.present",
+          "apptainer.image_hash", "apptainer.runs", "smoke.drill"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def torch_image() -> Path:
+    """build-image as the quick start runs it; the image tier's build makes this a skip."""
+    wheelhouse, requirement = torch_wheelhouse()
+    done = build_image(apptainer(), TORCH_IMAGE, "--wheelhouse", str(wheelhouse), torch=requirement)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout.strip())
+    return TORCH_IMAGE
+
+
+def provision(
+    inventory: Path, env: dict[str, str], variables: dict[str, Any], workdir: Path, *args: str
+) -> tuple[int, str, dict[str, Any]]:
+    """`nodeprep provision --fast` with VARIABLES, as a user runs it; exit, output, summary."""
+    varfile, summary = workdir / "provision-vars.json", workdir / "provision-summary.json"
+    varfile.write_text(json.dumps(variables))
+    summary.unlink(missing_ok=True)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("nodeprep")), "provision", str(inventory), "--fast",
+         "-e", f"@{varfile}", "--json", str(summary), *args],
+        capture_output=True, text=True, env=env, timeout=1500, check=False,
+    )  # fmt: skip
+    output = done.stdout[-6000:] + done.stderr[-3000:]
+    print(output)
+    assert summary.exists(), output
+    return done.returncode, output, json.loads(summary.read_text())
+
+
+def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
+    lab_node: LabNode, torch_image: Path, tmp_path: Path
+) -> None:
+    written = lab_node.cli("inventory", "--output", str(tmp_path / "lab.ini"))
+    assert written.returncode == 0, written.stderr
+    inventory = Path(written.stdout.strip())
+    made = lab_node.cli("apptainer-vars", str(torch_image), "--output", str(tmp_path / "a.json"))
+    assert made.returncode == 0, made.stderr
+    good = json.loads(Path(made.stdout.strip()).read_text())
+    debs = [Path(entry["src"]) for entry in good["apptainer_package_files"]]
+    assert any(deb.name.startswith("apptainer_") for deb in debs), debs
+
+    # A package whose sha256 is not the one given: refused on the controller, nothing sent.
+    wrong = [dict(good["apptainer_package_files"][0], sha256="0" * 64),
+             *good["apptainer_package_files"][1:]]  # fmt: skip
+    code, output, _ = provision(
+        inventory, lab_node.env, {**good, "apptainer_package_files": wrong}, tmp_path,
+        "--tags", "apptainer",
+    )  # fmt: skip
+    assert code == 1, output
+    assert "did not match" in output, output
+    assert "nothing was sent" in output, output
+    assert lab_node.sh("command -v apptainer || echo absent").strip() == "absent"
+    assert lab_node.sh(f"ls -A {CACHE} 2>/dev/null | wc -l").strip() == "0"
+
+    # The chain's provision, then a second run that changes nothing.
+    code, output, summary = provision(inventory, lab_node.env, good, tmp_path)
+    assert code == 0, output
+    assert summary["hosts"]["node1"]["changed"] > 0, summary
+    code, output, summary = provision(inventory, lab_node.env, good, tmp_path)
+    assert code == 0, output
+    assert summary["hosts"]["node1"]["changed"] == 0, output
+    assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
+
+    # verify: all pass but the skips, each with its reason; the drill ran in the image.
+    ship_checkpoints(lab_node.sh, checkpoint_archive(tmp_path))
+    code, output, report = run_verify(inventory, tmp_path, "chain", "--fast")
+    assert code == 0, output
+    assert failures(report, "node1") == {}
+    assert statuses(report, "skip", "node1") == SKIPPED
+    assert statuses(report, "pass", "node1") >= PASSED
+    skips = {r["check"]: r["detail"] for r in report["results"] if r["status"] == "skip"}
+    assert all(skips.values()), skips
+    assert skips["volume_grow.size"] == "the marker lists no volume", skips
+    drill = next(r for r in report["results"] if r["check"] == "smoke.drill")
+    assert f"inside image {IMAGE_DEST}" in drill["detail"], drill
+    assert "matches bit for bit" in drill["detail"], drill
+    assert "PASSED" in output
+
+    # An image whose sha256 is not the one given: refused, the node keeps its copy.
+    code, output, _ = provision(
+        inventory, lab_node.env, {**good, "apptainer_image_sha256": "f" * 64}, tmp_path,
+        "--tags", "apptainer",
+    )  # fmt: skip
+    assert code == 1, output
+    assert "nothing was copied" in output, output
+    assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
