@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+# Debian 13 has apptainer in sid; on Debian 12 it runs from a cached Debian 13 root filesystem.
+APPTAINER := $(shell command -v apptainer >/dev/null 2>&1 && echo apptainer || echo debian13-rootfs)
 
 .PHONY: setup system-packages lint test test-unit test-integration test-lab demo demo-down clean
 
@@ -39,12 +41,23 @@ test-lab: setup
 test: lint test-unit test-integration test-lab
 
 # The main job on the embedded default target: a lab VM (kept running; `make demo-down` ends it),
-# provisioned, then proven by verify's report.
+# provisioned, the trainer image built and put on it, then proven by verify's report.
+DEMO_CACHE := $(HOME)/.cache/nodeprep/demo
+# The lab node's data disk (1 GiB on /data), for the disk checks.
+DEMO_VERIFY_VARS := {"node_checks_disk_paths": [{"path": "/data", "min_size_gb": 0.9, "min_free_gb": 0.2}]}
 demo: setup
 	@$(BIN)/nodeprep lab status >/dev/null 2>&1 || $(BIN)/nodeprep lab up
-	@inventory="$$($(BIN)/nodeprep lab inventory --output .lab-inventory.ini)" && \
-	  $(BIN)/nodeprep provision "$$inventory" && \
-	  $(BIN)/nodeprep verify "$$inventory"
+	@bash .ci/subids
+	@set -e; mkdir -p $(DEMO_CACHE); \
+	  inventory="$$($(BIN)/nodeprep lab inventory --output .lab-inventory.ini)"; \
+	  torch="torch==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("torch"))')"; \
+	  $(BIN)/python -m pip download -q -d $(DEMO_CACHE)/wheels "$$torch"; \
+	  $(BIN)/nodeprep build-image --apptainer $(APPTAINER) --wheelhouse $(DEMO_CACHE)/wheels \
+	    --torch "$$torch" --output $(DEMO_CACHE)/nodeprep-trainer.sif; \
+	  vars="$$($(BIN)/nodeprep lab apptainer-vars $(DEMO_CACHE)/nodeprep-trainer.sif \
+	    --output .lab-apptainer.json)"; \
+	  $(BIN)/nodeprep provision "$$inventory" -e @"$$vars"; \
+	  $(BIN)/nodeprep verify "$$inventory" -e '$(DEMO_VERIFY_VARS)'
 
 demo-down: setup
 	@$(BIN)/nodeprep lab down
