@@ -86,6 +86,8 @@ def test_spot_notice_trips_on_first_sight(
     wait_for(lambda: hb.trips, 3, "a trip on the notice")
     assert len(hb.trips) == 1
     assert "spot instance-action notice" in hb.trips[0][2]
+    # The trip fires inside the observation, which is recorded just after it returns.
+    wait_for(lambda: any(not ok for ok, _ in _runs(hb.observed, "spot")), 3, "the observation")
     assert next(s for ok, s in _runs(hb.observed, "spot") if not ok) == "failed"
 
 

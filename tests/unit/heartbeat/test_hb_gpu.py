@@ -109,6 +109,8 @@ def test_gpu_overheat_trips_with_hysteresis_and_is_exported(
     gpus[0].temperature_c = 95
     wait_for(lambda: hb.trips, 5, "an overheat trip")
     assert hb.trips[0][2] == "gpu0 temperature 95 C > 85 C"
+    # The trip fires inside the third observation, which is recorded just after it returns.
+    wait_for(lambda: sum(1 for _, _, ok, _ in hb.observed if not ok) >= 3, 5, "3 observations")
     states = [s for _, _, ok, s in hb.observed if not ok]
     assert states[:3] == ["suspect", "suspect", "failed"]
 
