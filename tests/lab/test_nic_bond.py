@@ -1,11 +1,10 @@
 """The nic_bond role on a real kernel: refusal, check mode, converge, failover, rollback.
 
 Each Ansible task costs seconds under TCG, so one node carries a whole story: the steps
-build on each other the way an operator would meet them. The steps that activate a bond run
-under Ansible's own linear strategy: the converge, the bad probe's rollback and the cut-off
-one, where the management link itself goes away (under mitogen, the activation detached with
-async lost mitogen's connection once in CI: "the respondent Context has disconnected"). The
-rest of the story runs under the mitogen strategy (`provision --fast`).
+build on each other the way an operator would meet them. The story runs under Ansible's own
+linear strategy. Under mitogen (`provision --fast`) it failed in clean-clone runs: the
+bond's activation, detached with async, lost mitogen's connection ("the respondent Context
+has disconnected"), and once the bond had no ports after the bad probe's rollback.
 """
 
 from __future__ import annotations
@@ -43,14 +42,14 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
     before = profiles(lab_node)
 
     # ens3 carries the SSH session: refused without the opt-in, nothing changed.
-    refused = run_role(lab_ini, {"nic_bond_members": ["ens3", "ens4"]}, fast=True)
+    refused = run_role(lab_ini, {"nic_bond_members": ["ens3", "ens4"]})
     assert refused.result.exit_code == 1
     assert "Refusing to bond ens3 into bond0" in refused.messages
     assert "management connection" in refused.messages
     assert profiles(lab_node) == before
 
     # Check mode reports the change and makes none.
-    checked = run_role(lab_ini, check=True, fast=True)
+    checked = run_role(lab_ini, check=True)
     assert checked.result.exit_code == 0, checked.messages
     assert checked.changed > 0
     assert profiles(lab_node) == before
@@ -85,12 +84,12 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
     assert until(lambda: sorted(members_up(bonding(lab_node))) == ["ens4", "ens5"])
 
     # After the failover and the link's return: a second converge changes nothing.
-    again = run_role(lab_ini, fast=True)
+    again = run_role(lab_ini)
     assert again.result.exit_code == 0, again.messages
     assert again.changed == 0, f"second converge changed {again.changed} task(s)"
     print(f"converge {converged.seconds:.0f} s, second converge {again.seconds:.0f} s")
 
-    checks = run_role(lab_ini, playbook="verify.yml", fast=True)
+    checks = run_role(lab_ini, playbook="verify.yml")
     statuses = {r["check"]: r["status"] for r in checks.result.results}
     assert statuses == dict.fromkeys(
         ["nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up", "nic_bond.active_member",
@@ -106,9 +105,6 @@ def test_refused_checked_bonded_fails_over_idempotent_verified_bad_probe_rolled_
             "nic_bond_probe_target": "10.77.0.99",
             "nic_bond_probe_timeout": 5,
         },
-        # Ansible's linear strategy here: in one CI run under mitogen, NetworkManager's
-        # rollback restored the profiles but left the bond without its ports.
-        fast=False,
     )
     assert bad.result.exit_code == 1
     assert "Prove the node reaches the probe target" in bad.messages
@@ -147,7 +143,7 @@ def verify_fails_with_both_links_cut(lab_node: LabNode, lab_ini: Path) -> None:
     for nic in ("b0", "b1"):
         assert lab_node.cli("fault", "node1", "link-down", nic).returncode == 0
     assert until(lambda: members_up(bonding(lab_node)) == [])
-    cut = run_role(lab_ini, playbook="verify.yml", fast=True)
+    cut = run_role(lab_ini, playbook="verify.yml")
     failed = {r["check"]: r["detail"] for r in cut.result.results if r["status"] == "fail"}
     assert set(failed) == {"nic_bond.members_up", "nic_bond.active_member", "nic_bond.peer"}
     assert "Members with MII status up: none" in failed["nic_bond.members_up"]
