@@ -67,6 +67,7 @@ class Checkpointer:
         self.resume_from_light = resume_from_light
         self.last_committed: SaveResult | None = None
         self.history: list[SaveResult] = []
+        self.failures: list[SaveResult] = []
         self.is_writer = dist_util.rank() == 0
         self._writer: AsyncWriter | SyncWriter | None = None
         if self.is_writer:
@@ -75,13 +76,19 @@ class Checkpointer:
             self._writer = AsyncWriter(root, keeps) if async_write else SyncWriter(root, keeps)
 
     def save(self, step: int, layer: str = "full") -> float:
-        """Snapshot now and commit in the background; returns the seconds the caller was blocked."""
+        """Snapshot now and commit in the background; returns the seconds the caller was blocked.
+
+        The previous save's result is collected and checked before this one is
+        submitted, so with ``stop_on_error`` a failure stops the run before
+        another save starts; a synchronous write's own failure is checked at once.
+        """
         started = time.monotonic()
         per_rank = dist_util.gather_all(self._rank_state())
         if self._writer is not None:
-            self._check(self._writer.poll())
+            self._check(self._writer.collect(block=True))
             payloads = self._payloads(step, layer, per_rank)
             self._writer.submit(step, layer, payloads, {"world_size": len(per_rank)})
+            self._check(self._writer.collect(block=False))
         return time.monotonic() - started
 
     def save_and_wait(self, step: int, layer: str = "full") -> SaveResult | None:
@@ -91,13 +98,44 @@ class Checkpointer:
         dist_util.barrier()
         return result
 
+    def poll(self) -> list[SaveResult]:
+        """Check, without blocking, every save that ended since the last look; call every step.
+
+        This is how a background write's failure reaches the training loop at
+        the first step boundary after the writer reports it (raising
+        CheckpointWriteError with ``stop_on_error``), not at the next save.
+        """
+        if self._writer is None:
+            return []
+        results = self._writer.collect(block=False)
+        self._check(results)
+        return results
+
     def wait(self) -> SaveResult | None:
-        """Block until the in-flight save (if any) ends; its result on rank 0."""
+        """Block until the in-flight save (if any) ends and check every result not yet checked.
+
+        Returns the newest of them (the one that was in flight) on rank 0.
+        """
         if self._writer is None:
             return None
-        result = self._writer.wait()
-        self._check(result)
-        return result
+        results = self._writer.collect(block=True)
+        self._check(results)
+        return results[-1] if results else None
+
+    def ensure_durable(self, step: int) -> None:
+        """Raise CheckpointWriteError unless a full checkpoint of ``step`` committed (all ranks).
+
+        What a run may report as success rests on this: the final state is on
+        disk, verified by its writer. Rank 0 decides and tells every rank, so all
+        of them raise (or none does).
+        """
+        error: str | None = None
+        if self._writer is not None:
+            self._record(self._writer.collect(block=True))
+            error = self._not_durable(step)
+        error = dist_util.broadcast_from_zero(error)
+        if error is not None:
+            raise CheckpointWriteError(error)
 
     def restore(self) -> int | None:
         """Load the newest verified checkpoint into everything; returns its step or None."""
@@ -125,12 +163,21 @@ class Checkpointer:
         return loaded.manifest.step
 
     def close(self) -> None:
-        if self._writer is not None:
-            try:
-                self._check(self._writer.wait())
-            finally:
-                self._writer.close()
-                self._writer = None
+        """Wait for the last write and stop the writer; never raises.
+
+        It runs in ``finally`` blocks, where an exception would bury the one
+        already on its way out; a failure found here is logged as an error. Call
+        ``wait()`` or ``ensure_durable()`` first to act on a failed last save.
+        """
+        if self._writer is None:
+            return
+        try:
+            self._record(self._writer.collect(block=True))
+        except CheckpointWriteError as exc:
+            log.error("%s", exc)
+        finally:
+            self._writer.close()
+            self._writer = None
 
     def _rank_state(self) -> dict[str, Any]:
         extras = {name: c.state_dict() for name, c in self.extras.items()}
@@ -161,19 +208,36 @@ class Checkpointer:
             )
         return loaded
 
-    def _check(self, result: SaveResult | None) -> None:
-        if result is None:
-            return
-        if result.error is None:
+    def _not_durable(self, step: int) -> str | None:
+        """Why no full checkpoint of ``step`` committed (its save's own error if it failed)."""
+        if any(r.step == step and r.layer == "full" for r in self.history):
+            return None
+        for result in reversed(self.failures):
+            if result.step == step and result.layer == "full" and result.error:
+                return result.error
+        return f"no full checkpoint of step {step} was saved in {self.root}"
+
+    def _check(self, results: list[SaveResult]) -> None:
+        """Record every result, then raise for the first failure when told to stop on errors."""
+        failures = self._record(results)
+        if failures and self.stop_on_error:
+            raise CheckpointWriteError(failures[0].error)
+
+    def _record(self, results: list[SaveResult]) -> list[SaveResult]:
+        """Log and remember each result (all of them, so none is lost); returns the failed ones."""
+        failed: list[SaveResult] = []
+        for result in results:
+            if result.error is not None:
+                log.error("%s", result.error)
+                self.failures.append(result)
+                failed.append(result)
+                continue
             self.last_committed = result
             self.history.append(result)
             log.info(
                 "committed %s (%.2f s, %d bytes)", result.path, result.write_seconds, result.nbytes
             )
-            return
-        log.error("%s", result.error)
-        if self.stop_on_error:
-            raise CheckpointWriteError(result.error)
+        return failed
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:

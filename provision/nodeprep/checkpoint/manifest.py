@@ -101,6 +101,20 @@ def verify(directory: Path) -> Manifest:
     Sizes are checked for all files before any hashing so a truncated file is
     reported without reading gigabytes first.
     """
+    manifest = check_sizes(directory)
+    for name, entry in manifest.files.items():
+        if sha256_file(directory / name) != entry.sha256:
+            raise CheckpointInvalidError(f"{directory.name}: {name} sha256 does not match manifest")
+    return manifest
+
+
+def check_sizes(directory: Path) -> Manifest:
+    """Every check of ``verify`` except hashing: the manifest, the name, each file and its size.
+
+    Cheap enough to run on every checkpoint at each save (retention does), and
+    the same rules as the full check, so the two never disagree on anything but
+    the bytes themselves.
+    """
     manifest_path = directory / MANIFEST_NAME
     try:
         manifest = Manifest.from_json(manifest_path.read_text(encoding="utf-8"))
@@ -124,7 +138,4 @@ def verify(directory: Path) -> Manifest:
             raise CheckpointInvalidError(
                 f"{directory.name}: {name} is {size} bytes, manifest says {entry.size}"
             )
-    for name, entry in manifest.files.items():
-        if sha256_file(directory / name) != entry.sha256:
-            raise CheckpointInvalidError(f"{directory.name}: {name} sha256 does not match manifest")
     return manifest

@@ -14,6 +14,7 @@ from nodeprep.checkpoint.durable import remove_checkpoint
 from nodeprep.checkpoint.manifest import (
     CheckpointInvalidError,
     Manifest,
+    check_sizes,
     parse_name,
     verify,
 )
@@ -31,6 +32,14 @@ class LoadedCheckpoint:
     rejected: tuple[tuple[str, str], ...]
 
 
+@dataclass(frozen=True)
+class Retention:
+    """What one retention pass did: directories deleted, and those it could not verify and left."""
+
+    deleted: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+
+
 def committed(root: Path, layers: tuple[str, ...] = ("light", "full")) -> list[Path]:
     """Committed checkpoint directories of the given layers, newest step first."""
     if not root.is_dir():
@@ -46,11 +55,14 @@ def committed(root: Path, layers: tuple[str, ...] = ("light", "full")) -> list[P
 
 
 def load_verified(path: Path) -> tuple[Manifest, dict[str, Any]]:
-    """Verify sizes and hashes, then load every payload with ``weights_only=True``.
+    """Verify sizes and hashes, load every payload with ``weights_only=True``, check the step.
 
     The weights-only unpickler refuses anything but tensors and plain
     containers, so a payload crafted to run code is rejected even when its
-    manifest was forged to match.
+    manifest was forged to match. Hashes prove only that the files are what the
+    manifest lists, not that they belong to this step: payloads copied in from
+    another checkpoint with a recomputed manifest pass them, so the step stored
+    inside ``train.pt`` must equal the one the manifest and the name claim.
     """
     manifest = verify(path)
     payloads: dict[str, Any] = {}
@@ -62,7 +74,21 @@ def load_verified(path: Path) -> tuple[Manifest, dict[str, Any]]:
             raise CheckpointInvalidError(
                 f"{path.name}: {name} refused by the weights-only loader ({first_line})"
             ) from exc
+    _check_step(path, manifest, payloads)
     return manifest, payloads
+
+
+def _check_step(path: Path, manifest: Manifest, payloads: dict[str, Any]) -> None:
+    """Refuse payloads whose own step differs from the claimed one (``verify`` matched name)."""
+    train = payloads.get("train.pt")
+    step = train.get("step") if isinstance(train, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise CheckpointInvalidError(f"{path.name}: no train.pt payload with an integer step")
+    if step != manifest.step:
+        raise CheckpointInvalidError(
+            f"{path.name}: train.pt records step {step}, "
+            f"the manifest and the directory name say step {manifest.step}"
+        )
 
 
 def load_latest(
@@ -94,37 +120,49 @@ def load_latest(
     return None
 
 
-def apply_retention(root: Path, layer: str, keep: int) -> list[str]:
-    """Delete the oldest checkpoints of one layer beyond ``keep``; returns what was deleted.
+def apply_retention(root: Path, layer: str, keep: int, fresh: Path | None = None) -> Retention:
+    """Keep the newest ``keep`` verified checkpoints of one layer; delete older verified ones.
 
-    Runs only after a new checkpoint of that layer committed, so the newest one
-    (which was just verified by its own writer) is always among those kept.
-    Older checkpoints that fail verification do not count towards ``keep``
-    and are deleted, so corruption never crowds out good copies.
+    Runs only after a new checkpoint of that layer committed; ``fresh`` names
+    it, and it is always kept whatever sorts above it. Only directories that
+    pass the size check count towards ``keep`` or are ever deleted: one that
+    does not verify (a stray or half-copied directory, a damaged checkpoint)
+    is not provably ours, so it is ignored, left on disk and named in a
+    warning, and can never crowd out or delete a checkpoint that verifies.
     """
     if keep < 1:
         raise ValueError(f"keep must be at least 1, got {keep}")
-    paths = committed(root, (layer,))
-    kept = 0
-    deleted: list[str] = []
-    for index, path in enumerate(paths):
-        if kept < keep and (index == 0 or _quick_valid(path)):
-            kept += 1
+    verified: list[Path] = []
+    ignored: list[str] = []
+    for path in committed(root, (layer,)):
+        reason = _quick_check(path)
+        if reason is None:
+            verified.append(path)
             continue
+        ignored.append(path.name)
+        log.warning(
+            "retention ignored %s; it does not verify, so it is neither counted nor deleted", reason
+        )
+    if fresh is not None and fresh in verified:
+        verified.insert(0, verified.pop(verified.index(fresh)))
+    deleted: list[str] = []
+    for path in verified[keep:]:
         remove_checkpoint(path)
         deleted.append(path.name)
     if deleted:
         log.info("retention removed %s", ", ".join(deleted))
-    return deleted
+    return Retention(tuple(deleted), tuple(ignored))
 
 
-def _quick_valid(path: Path) -> bool:
-    """Manifest and sizes only: hashing every old checkpoint on each save would cost a full read."""
+def _quick_check(path: Path) -> str | None:
+    """Why ``path`` fails the size check, or None when it passes.
+
+    Sizes only: hashing every old checkpoint on each save would read all of them.
+    """
     try:
-        manifest = Manifest.from_json((path / "manifest.json").read_text(encoding="utf-8"))
-        return all(
-            (path / n).is_file() and (path / n).stat().st_size == e.size
-            for n, e in manifest.files.items()
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        check_sizes(path)
+    except CheckpointInvalidError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path.name}: {exc}"
+    return None

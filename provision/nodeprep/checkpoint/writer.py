@@ -5,7 +5,8 @@ in a separate *process*: in a thread the pickling and hashing would hold the
 GIL against the training loop. Tensors reach it through shared memory, so the
 only copy the trainer pays for is the snapshot itself. One save is in flight
 at most; a new request first waits for the previous one, which is also what
-makes reusing the staging buffers safe.
+makes reusing the staging buffers safe. Both writers hand back every result
+through ``collect``, so no result, failed or not, can go unread.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def write_and_prune(
     elapsed = time.monotonic() - started
     nbytes = sum(p.stat().st_size for p in path.iterdir())
     try:
-        apply_retention(root, layer, keep)
+        apply_retention(root, layer, keep, fresh=path)
     except OSError as exc:
         log.warning("retention in %s failed (%s); older checkpoints kept", root, exc)
     return SaveResult(step, layer, str(path), None, committed_time, elapsed, nbytes)
@@ -74,21 +75,19 @@ class SyncWriter:
 
     def __init__(self, root: Path, keep: dict[str, int]) -> None:
         self.root, self.keep = root, keep
-        self._last: SaveResult | None = None
+        self._unread: list[SaveResult] = []
 
     def submit(
         self, step: int, layer: str, payloads: dict[str, Any], extra: dict[str, Any]
     ) -> None:
-        self._last = write_and_prune(
-            self.root, step, layer, payloads, keep=self.keep[layer], extra=extra
+        self._unread.append(
+            write_and_prune(self.root, step, layer, payloads, keep=self.keep[layer], extra=extra)
         )
 
-    def wait(self) -> SaveResult | None:
-        last, self._last = self._last, None
-        return last
-
-    def poll(self) -> SaveResult | None:
-        return self.wait()
+    def collect(self, block: bool) -> list[SaveResult]:
+        """Every result not yet collected, oldest first (a synchronous save has always ended)."""
+        unread, self._unread = self._unread, []
+        return unread
 
     def close(self) -> None:
         return None
@@ -120,7 +119,8 @@ class AsyncWriter:
         """Snapshot ``payloads`` into shared memory and hand it over; blocks only for the copy.
 
         A previous save still in flight is waited for first (never overlapped),
-        which is also what makes reusing the staging buffers safe.
+        which is also what makes reusing the staging buffers safe; its result
+        stays unread for the next ``collect`` (callers collect before submitting).
         """
         if self._in_flight:
             self._unread.append(self._receive())
@@ -134,17 +134,13 @@ class AsyncWriter:
         self._requests.put(("save", layer, step, skeleton, self.keep[layer], extra, str(self.root)))
         self._in_flight = True
 
-    def wait(self) -> SaveResult | None:
-        """Block until the in-flight save ends; the oldest unread result, or None."""
-        if self._in_flight:
+    def collect(self, block: bool) -> list[SaveResult]:
+        """Every finished result not yet collected, oldest first; ``block`` waits for the one in
+        flight, otherwise it is included only if the writer has already reported it."""
+        if self._in_flight and (block or not self._results.empty()):
             self._unread.append(self._receive())
-        return self._unread.pop(0) if self._unread else None
-
-    def poll(self) -> SaveResult | None:
-        """The oldest finished, unread result without blocking, or None."""
-        if self._in_flight and not self._results.empty():
-            self._unread.append(self._receive())
-        return self._unread.pop(0) if self._unread else None
+        unread, self._unread = self._unread, []
+        return unread
 
     def close(self) -> None:
         """Stop the writer after the in-flight save (if any) has ended."""

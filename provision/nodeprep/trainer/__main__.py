@@ -1,7 +1,10 @@
 """``python -m nodeprep.trainer``: the reference trainer that ``nodeprep verify`` kills and resumes.
 
-Exit codes: 0 the run finished its steps; 143 it saved and stopped on
-SIGTERM; 2 bad arguments; 1 anything else.
+Exit codes: 0 the run finished its steps and its final state is durable (a
+committed full checkpoint of the last step, or nothing left to train); 143 it
+saved and stopped on SIGTERM; 2 bad arguments; 1 anything else, including a
+failed final save or a save failure with ``--stop-on-save-error`` (one sentence
+on stderr, no traceback).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 import torch
 
 from nodeprep import contract
+from nodeprep.checkpoint import CheckpointWriteError
 from nodeprep.checkpoint import distributed as dist_util
 from nodeprep.trainer.loop import EXIT_PREEMPTED, TrainConfig, Trainer, setup_distributed
 from nodeprep.trainer.statehash import final_state
@@ -95,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(config)
     registered = _register(config.run_dir)
     try:
-        result = trainer.train()
+        try:
+            result = trainer.train()
+        except CheckpointWriteError as exc:
+            # An expected outcome with a clear cause, not a bug: one sentence, no traceback.
+            print(f"nodeprep.trainer: stopped at step {trainer.step}: {exc}", file=sys.stderr)
+            return 1
         if result.preempted:
             return EXIT_PREEMPTED
         if args.state_hash_out and dist_util.rank() == 0:

@@ -99,6 +99,12 @@ class Trainer:
         self.step = 0
 
     def train(self) -> TrainResult:
+        """Resume, train to the end and return only once the final state is durable.
+
+        A save that fails without ``--stop-on-save-error`` lets training go on,
+        but a finished run whose final full checkpoint did not commit raises
+        CheckpointWriteError: success must mean a resume would find this state.
+        """
         resumed = self.checkpointer.restore()
         if resumed is None:
             torch.manual_seed(self.config.seed + 1000 * dist_util.rank())
@@ -106,20 +112,12 @@ class Trainer:
         self.step = resumed or 0
         self._say(f"start step={self.step} resumed={resumed is not None}")
         try:
-            while self.step < self.config.steps:
-                loss = self._run_batch()
-                self.step += 1
-                if self.step % self.config.log_every == 0:
-                    self._say(f"step {self.step} loss={loss:.6f} t={time.time():.6f}")
-                saved, must_exit = self._handle_emergency()
-                if must_exit:
-                    return TrainResult(False, self.step, "", preempted=True)
-                layer = self.config.layer_for(self.step)
-                if layer and not saved:
-                    self.checkpointer.save(self.step, layer)
-            if resumed != self.step and self.config.layer_for(self.step) != "full":
-                self.checkpointer.save(self.step, "full")
-            self.checkpointer.wait()
+            if self._loop():
+                return TrainResult(False, self.step, "", preempted=True)
+            if resumed != self.step:  # trained: the final state must be on disk
+                if self.config.layer_for(self.step) != "full":
+                    self.checkpointer.save(self.step, "full")
+                self.checkpointer.ensure_durable(self.step)
         finally:
             self.checkpointer.close()
         digest = state_hash(final_state(self.model, self.optimizer, self.extras))
@@ -127,6 +125,26 @@ class Trainer:
             digest = hashlib.sha256("".join(dist_util.gather_all(digest)).encode()).hexdigest()
         self._say(f"done step={self.step} state_sha256={digest}")
         return TrainResult(True, self.step, digest)
+
+    def _loop(self) -> bool:
+        """Train to the last step, checkpointing as configured; True when a signal says stop.
+
+        The checkpointer is polled at every step boundary so that a background
+        save's failure stops the run (``--stop-on-save-error``) within one step.
+        """
+        while self.step < self.config.steps:
+            loss = self._run_batch()
+            self.step += 1
+            if self.step % self.config.log_every == 0:
+                self._say(f"step {self.step} loss={loss:.6f} t={time.time():.6f}")
+            self.checkpointer.poll()
+            saved, must_exit = self._handle_emergency()
+            if must_exit:
+                return True
+            layer = self.config.layer_for(self.step)
+            if layer and not saved:
+                self.checkpointer.save(self.step, layer)
+        return False
 
     def _run_batch(self) -> float:
         self.model.train()
@@ -159,6 +177,9 @@ class Trainer:
                 f"emergency checkpoint step={self.step} signal={first.signal_name} "
                 f"latency={result.committed_time - first.signal_time:.3f}s"
             )
+        if must_exit:
+            # Exit 143 says "saved, then stopped": only true once the save committed.
+            self.checkpointer.ensure_durable(self.step)
         return True, must_exit
 
     def _say(self, text: str) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,3 +82,32 @@ def checkpointer_factory(tmp_path: Path) -> Iterator[Any]:
     yield factory
     for ckpt in made:
         ckpt.close()
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A real 6 MiB tmpfs (root only): one ~3.6 MB full checkpoint fits, a second does not."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a size-limited tmpfs needs root")
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount_point)], check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def run_trainer(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real reference trainer to completion, as a user would, and capture its output."""
+    env = dict(os.environ)
+    env.update(
+        NODEPREP_RUN_DIR=str(run_dir.parent / "registry"),
+        PYTHONWARNINGS="ignore",
+        OMP_NUM_THREADS="1",
+    )
+    command = [sys.executable, "-m", "nodeprep.trainer", "--run-dir", str(run_dir)]
+    command += ["--threads", "1", "--device", "cpu", *args]
+    return subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=300, check=False
+    )

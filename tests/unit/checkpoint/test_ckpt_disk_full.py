@@ -1,14 +1,11 @@
 """A save that hits a full filesystem fails clearly and leaves the previous checkpoint valid.
 
-Uses a real size-limited tmpfs mounted for the test (root only) and a real
-background writer process.
+Uses a real size-limited tmpfs mounted for the test (root only, the ``small_fs``
+fixture) and a real background writer process.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +14,6 @@ import pytest
 from nodeprep.checkpoint import Checkpointer, CheckpointWriteError, load_latest, verify
 
 from .conftest import make_run
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount_point)], check=True)
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def _checkpointer(root: Path, run: Any, stop_on_error: bool) -> Checkpointer:

@@ -22,7 +22,7 @@ from nodeprep.checkpoint.durable import sweep_leftovers
 
 def _commit(root: Path, step: int) -> Path:
     payload = {"w": torch.full((1000,), float(step)), "step": step}
-    return commit_checkpoint(root, step, "full", {"model.pt": payload, "train.pt": {"s": step}})
+    return commit_checkpoint(root, step, "full", {"model.pt": payload, "train.pt": {"step": step}})
 
 
 def test_commit_writes_manifest_with_sizes_and_hashes(tmp_path: Path) -> None:

@@ -21,10 +21,14 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+def _payloads(weight: object, step: int) -> dict[str, object]:
+    return {"model.pt": {"w": weight}, "train.pt": {"step": step}}
+
+
 def test_malicious_pickle_with_forged_manifest_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
-    commit_checkpoint(root, 1, "full", {"model.pt": {"w": torch.ones(3)}})
-    evil = commit_checkpoint(root, 2, "full", {"model.pt": {"w": torch.ones(3)}})
+    commit_checkpoint(root, 1, "full", _payloads(torch.ones(3), 1))
+    evil = commit_checkpoint(root, 2, "full", _payloads(torch.ones(3), 2))
     marker = tmp_path / "pwned"
     blob = pickle.dumps(_Payload(marker))
     (evil / "model.pt").write_bytes(blob)
@@ -43,9 +47,9 @@ def test_malicious_pickle_with_forged_manifest_is_refused(tmp_path: Path) -> Non
 def test_malicious_torch_save_archive_is_refused(tmp_path: Path) -> None:
     """The same payload inside a real torch.save zip archive (the realistic attack)."""
     root = tmp_path / "ckpt"
-    commit_checkpoint(root, 1, "full", {"model.pt": {"w": torch.ones(3)}})
+    commit_checkpoint(root, 1, "full", _payloads(torch.ones(3), 1))
     marker = tmp_path / "pwned"
-    commit_checkpoint(root, 2, "full", {"model.pt": {"w": _Payload(marker)}})
+    commit_checkpoint(root, 2, "full", _payloads(_Payload(marker), 2))
     loaded = load_latest(root)
     assert not marker.exists()
     assert loaded is not None
