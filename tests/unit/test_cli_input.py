@@ -7,23 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeprep import runner, wheel
+from nodeprep import runner
 from nodeprep.cli import cli
-
-
-@pytest.fixture
-def runs(monkeypatch: pytest.MonkeyPatch) -> list[runner.RunRequest]:
-    """Records every playbook run the CLI starts (a spy: none may start on bad input)."""
-    started: list[runner.RunRequest] = []
-
-    def record(request: runner.RunRequest, on_progress: object = None) -> runner.RunResult:
-        started.append(request)
-        return runner.RunResult(status="successful", rc=0, recap={}, failures=[])
-
-    monkeypatch.setattr(runner, "run", record)
-    # Building the controller's wheel is covered by the integration tier; not needed here.
-    monkeypatch.setattr(wheel, "controller_wheel", lambda cache: None)
-    return started
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -90,7 +75,7 @@ def test_unknown_limit(runs: list[runner.RunRequest], local_inventory: Path) -> 
     ("value", "expected"),
     [
         ("justaword", "is not KEY=VALUE"),
-        ("@/nonexistent/vars.yml", "the file does not exist"),
+        ("@/nonexistent/vars.yml", "-e @/nonexistent/vars.yml does not exist"),
         ("{not: [closed", "is not valid JSON or YAML"),
     ],
 )

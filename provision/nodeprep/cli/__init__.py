@@ -8,12 +8,13 @@ import click
 
 from nodeprep import __version__
 from nodeprep.cli.build_image import build_image
+from nodeprep.cli.group import OneLineErrorGroup
 from nodeprep.cli.lab import lab
 from nodeprep.cli.provision import provision
 from nodeprep.cli.verify import verify
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeprep")
 @click.option("--debug", is_flag=True, help="Log library debug messages to stderr.")
 def cli(debug: bool) -> None:

@@ -12,8 +12,11 @@ import yaml
 
 from nodeprep import runner
 from nodeprep.cli.errors import BadInput
+from nodeprep.inventory import source
+from nodeprep.textfile import TextFileError, read_text
 
 F = TypeVar("F", bound=Callable[..., Any])
+_VARS_FILE_FIX = "give the path of a UTF-8 YAML or JSON file of variables"
 
 
 class ExtraVars(click.ParamType[dict[str, Any]]):
@@ -56,15 +59,12 @@ class ExtraVars(click.ParamType[dict[str, Any]]):
     def _from_file(
         self, path: Path, param: click.Parameter | None, ctx: click.Context | None
     ) -> dict[str, Any]:
-        if not path.is_file():
-            self.fail(
-                f"-e @{path}: the file does not exist; give the path of a YAML or "
-                "JSON file of variables.",
-                param,
-                ctx,
-            )
         try:
-            loaded = _load_yaml(path.read_text())
+            text = read_text(path, f"-e @{path}", _VARS_FILE_FIX, source.MAX_BYTES)
+        except TextFileError as exc:
+            self.fail(str(exc), param, ctx)
+        try:
+            loaded = _load_yaml(text)
         except yaml.YAMLError as exc:
             self.fail(
                 f"-e @{path} is not valid YAML or JSON ({_first_line(exc)}); fix the file.",
@@ -85,6 +85,10 @@ def _load_yaml(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
+        if source.yaml_too_large(text):
+            raise yaml.YAMLError(
+                f"its aliases expand to more than {source.MAX_YAML_NODES} values"
+            ) from None
         return yaml.safe_load(text)
 
 

@@ -118,7 +118,7 @@ def run_playbook(
         loaded = inventory_mod.load(request.inventory, request.limit)
     except inventory_mod.InventoryError as exc:
         raise BadInput(str(exc)) from exc
-    hosts = loaded.select(request.limit)
+    hosts = loaded.selected
     console = Console(highlight=False)
     if list_hosts:
         for host in hosts:

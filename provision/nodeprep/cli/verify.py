@@ -162,7 +162,7 @@ def run_verify(
 ) -> int:
     """Run verify.yml, print the report, write JSON/JUnit; returns the exit code."""
     try:
-        hosts = inventory_mod.load(request.inventory, request.limit).select(request.limit)
+        hosts = inventory_mod.load(request.inventory, request.limit).selected
     except inventory_mod.InventoryError as exc:
         raise BadInput(str(exc)) from exc
     console = Console(highlight=False)

@@ -1,0 +1,93 @@
+"""Load and validate an inventory with Ansible's own parser, before anything runs.
+
+Ansible, left alone, turns an unparsable inventory into a warning and runs
+against whatever it could read, or an implicit localhost. nodeprep refuses
+instead, each time with one sentence naming the input and exit 2, within a
+second and without connecting to any node:
+
+- the file itself (:mod:`.source`): missing, not a regular file, over
+  ``MAX_BYTES``, not UTF-8, a line over ``MAX_LINE_CHARS``, host ranges that
+  expand past ``MAX_HOSTS``, a YAML alias bomb, an unclosed INI section;
+- the parse (:mod:`.parse`): any plugin failure anywhere in the file, even
+  when hosts before it were read, and an inventory without hosts;
+- ``--limit`` (:mod:`.pattern`): any part that matches nothing or does not parse;
+- the selected hosts (:mod:`.hosts`): unusable names, ports and addresses.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodeprep.inventory import hosts as host_checks
+from nodeprep.inventory import parse as ansible_parse
+from nodeprep.inventory import pattern, source
+from nodeprep.inventory.source import MAX_BYTES, MAX_HOSTS, MAX_LINE_CHARS
+
+__all__ = ["MAX_BYTES", "MAX_HOSTS", "MAX_LINE_CHARS", "Inventory", "InventoryError", "load"]
+
+
+class InventoryError(ValueError):
+    """The inventory cannot be used; the message is one sentence naming the input and the fix."""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What nodeprep needs to know about a validated inventory."""
+
+    source: Path
+    hosts: tuple[str, ...]
+    groups: dict[str, tuple[str, ...]]
+    # The hosts chosen by the --limit given to load(); every host without one.
+    selected: tuple[str, ...]
+
+
+def load(path_like: str | os.PathLike[str], limit: str | None = None) -> Inventory:
+    """Guard, parse and select; :class:`InventoryError` for anything that must not run."""
+    path = Path(path_like)
+    try:
+        text = source.read_guarded(path)
+        manager, hosts = _parsed(text)
+        selected = pattern.select(manager, str(path), limit) if limit is not None else hosts
+        _check_hosts(manager, selected)
+    except (source.SourceError, pattern.PatternError) as exc:
+        raise InventoryError(str(exc)) from None
+    except host_checks.HostValueError as exc:
+        raise InventoryError(f"inventory {path}: {exc}") from None
+    groups = {
+        name: tuple(sorted(h.name for h in group.get_hosts()))
+        for name, group in manager.groups.items()
+        if name not in ("all", "ungrouped")
+    }
+    return Inventory(source=path.resolve(), hosts=hosts, groups=groups, selected=selected)
+
+
+def _parsed(text: source.InventoryText) -> tuple[Any, tuple[str, ...]]:
+    path = text.path
+    manager, problems = ansible_parse.parse(path)
+    if problems:
+        raise InventoryError(
+            f"inventory {path}{ansible_parse.locate(text.text, problems[0])} could not be "
+            f"parsed ({problems[0]}); fix the INI or YAML syntax there."
+        )
+    hosts = tuple(sorted(host.name for host in manager.get_hosts(ignore_restrictions=True)))
+    if not hosts:
+        raise InventoryError(
+            f"inventory {path} defines no hosts; add at least one host line (e.g. 'node1 "
+            "ansible_host=10.0.0.5') to it."
+        )
+    if len(hosts) > MAX_HOSTS:
+        raise InventoryError(
+            f"inventory {path} defines {len(hosts)} hosts, more than {MAX_HOSTS}; "
+            "split the fleet into several inventories."
+        )
+    return manager, hosts
+
+
+def _check_hosts(manager: Any, selected: tuple[str, ...]) -> None:
+    for name in selected:
+        host_checks.check_name(name)
+    for name, variables in ansible_parse.variables_of(manager, selected).items():
+        host_checks.check_connection_values(name, variables)
