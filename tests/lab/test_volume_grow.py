@@ -79,6 +79,19 @@ def test_ext4_grows_online_keeps_data_and_second_run_changes_nothing(
     assert second.exit_code == 0, second.failures
     assert second.recap["node1"].changed == 0
 
+    # Below the disk's size now, or no size at all: refused before anything changes.
+    table = lab_node.sh("sudo sfdisk --dump /dev/vdb")
+    smaller = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 1}], fast=True)
+    assert smaller.exit_code == 1
+    assert "size_gb 1 for /dev/vdb is below its current 2.0 GiB" in messages(smaller)
+    assert smaller.recap["node1"].changed == 0
+    negative = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": -5}], fast=True)
+    assert negative.exit_code == 1
+    assert "a size_gb of 1 GiB or more" in messages(negative)
+    assert negative.recap["node1"].changed == 0
+    assert lab_node.sh("sudo sfdisk --dump /dev/vdb") == table
+    assert lab_node.sh(PAYLOAD_SUM) == before
+
 
 def test_xfs_grows_through_its_mount_point(lab_node: LabNode, tmp_path: Path) -> None:
     lab_node.sh("sudo umount /data && sudo mkfs.xfs -q -f /dev/vdb1 && sudo mount /dev/vdb1 /data")

@@ -178,10 +178,6 @@ def _writable_fields(sec: _Section) -> dict[str, Any]:
     path = sec.get("path", str)
     if not path or not Path(path).is_absolute():
         raise ConfigError(f"{sec.key('path')}: needs an absolute directory path, got {path!r}.")
-    if not Path(path).is_dir():
-        raise ConfigError(
-            f"{sec.key('path')}: {path} is not a directory; create it or fix the path."
-        )
     return {"path": path}
 
 
@@ -232,8 +228,12 @@ def _actions(raw: object) -> ActionsConfig:
     return actions
 
 
-def parse(data: object) -> Config:
-    """Validate a decoded config document."""
+def parse(data: object, check_paths: bool = True) -> Config:
+    """Validate a decoded config document.
+
+    ``check_paths=False`` judges only the document, not this machine's directories: the
+    controller validates a node's config before the node has them.
+    """
     top = _Section(data, "")
     raw_probes = top.get("probes", list)
     if not raw_probes:
@@ -245,10 +245,8 @@ def parse(data: object) -> Config:
             raise ConfigError(f"probes[{i}].name: {name!r} is used twice; names must be unique.")
     metrics = _Section(top.get("metrics", dict, {}), "metrics")
     metrics_path = metrics.get("path", str)
-    if metrics_path is not None and not Path(metrics_path).parent.is_dir():
-        raise ConfigError(
-            f"metrics.path: directory {Path(metrics_path).parent} does not exist; create it first."
-        )
+    if check_paths:
+        _check_directories(probes, metrics_path)
     registry = top.get("registry_dir", str)
     config = Config(
         probes=probes,
@@ -260,6 +258,19 @@ def parse(data: object) -> Config:
     metrics.finish()
     top.finish()
     return config
+
+
+def _check_directories(probes: tuple[ProbeConfig, ...], metrics_path: str | None) -> None:
+    """The directories the config names must exist on the machine that runs the daemon."""
+    for index, probe in enumerate(probes):
+        if probe.type == "writable" and not Path(probe.path).is_dir():
+            raise ConfigError(
+                f"probes[{index}].path: {probe.path} is not a directory; create it or fix the path."
+            )
+    if metrics_path is not None and not Path(metrics_path).parent.is_dir():
+        raise ConfigError(
+            f"metrics.path: directory {Path(metrics_path).parent} does not exist; create it first."
+        )
 
 
 def load(path: Path) -> Config:

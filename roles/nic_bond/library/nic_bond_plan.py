@@ -20,6 +20,10 @@ options:
   members: {type: list, elements: str, required: true, description: Names or MACs.}
   primary: {type: str, default: "", description: Preferred member (name or MAC), resolved too.}
   allow_disruption: {type: bool, default: false, description: Proceed despite a lifeline member.}
+  resolve_only:
+    type: bool
+    default: false
+    description: Only resolve the members (every unknown one named); needs no NetworkManager.
 """
 
 import json
@@ -51,21 +55,25 @@ def interfaces():
 
 
 def resolve(module, members):
+    """Kernel names of the members; every unknown name or MAC is named in one failure."""
     known = interfaces()
     resolved = []
+    unknown = []
     for member in members:
         if MAC.match(member):
             names = [name for name, mac in known.items() if mac.lower() == member.lower()]
-            if not names:
-                module.fail_json(msg="No interface on this node has the MAC address %s given in "
-                                     "nic_bond_members; check the address with `ip link`." % member)
-            resolved.append(names[0])
+            if names:
+                resolved.append(names[0])
+            else:
+                unknown.append(member)
         elif member in known:
             resolved.append(member)
         else:
-            module.fail_json(msg="Interface %s in nic_bond_members does not exist on this node "
-                                 "(it has: %s); fix the name or give its MAC address."
-                                 % (member, ", ".join(sorted(known))))
+            unknown.append(member)
+    if unknown:
+        module.fail_json(msg="nic_bond_members names %s, which this node does not have (it has: %s); "
+                             "fix the names (`ip link` lists them) or give MAC addresses."
+                             % (", ".join(unknown), ", ".join(sorted(known))))
     if len(set(resolved)) != len(resolved):
         module.fail_json(msg="nic_bond_members names one interface twice (%s); list each NIC once."
                              % ", ".join(resolved))
@@ -144,11 +152,14 @@ def main():
             "members": {"type": "list", "elements": "str", "required": True},
             "primary": {"type": "str", "default": ""},
             "allow_disruption": {"type": "bool", "default": False},
+            "resolve_only": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     bond, primary = module.params["bond"], module.params["primary"]
     members = resolve(module, module.params["members"])
+    if module.params["resolve_only"]:
+        module.exit_json(changed=False, members=members)
     if primary and primary not in module.params["members"]:
         module.fail_json(msg="nic_bond_primary %s is not one of nic_bond_members (%s); name one "
                              "of them." % (primary, ", ".join(module.params["members"])))

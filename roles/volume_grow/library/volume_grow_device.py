@@ -71,6 +71,15 @@ def disk_bytes(device):
         return int(handle.read()) * 512
 
 
+def refuse_shrink(module, disk, size_gb):
+    """A size of 0 or less, or below the disk's size now, is a mistake: volumes only grow."""
+    current = disk_bytes(disk)
+    if size_gb < 1 or current > size_gb * GIB:
+        module.fail_json(msg="size_gb %d for %s is below its current %.1f GiB; volumes only "
+                             "grow, so set size_gb to %d or more, or leave it out."
+                             % (size_gb, disk, current / GIB, -(-current // GIB)))
+
+
 def wait_for_size(module, disk, size_gb):
     deadline = time.monotonic() + module.params["wait_seconds"]
     while disk_bytes(disk) < size_gb * GIB:
@@ -116,7 +125,8 @@ def main():
         module.fail_json(msg="EBS volume %s is %s on this node, not %s; refusing to touch a "
                              "device that is not the volume's." % (p["volume_id"], disk, named))
     disk = disk or named or from_mount(module, p["mount"])
-    if p["size_gb"]:
+    if p["size_gb"] is not None:
+        refuse_shrink(module, disk, p["size_gb"])
         wait_for_size(module, disk, p["size_gb"])
     node, partition, number = target(module, disk)
     fstype = node.get("fstype")
