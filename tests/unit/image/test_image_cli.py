@@ -27,7 +27,8 @@ def test_help_has_examples() -> None:
     [
         (["--base", "docker://pytorch/pytorch:latest"], "pin the image by digest"),
         (["--wheelhouse", "/nonexistent/wheels"], "holds no .whl files"),
-        (["--apptainer", "/nonexistent/apptainer"], "does not run here"),
+        # Without --fakeroot: as root on a fresh machine, its missing subordinate ids come first.
+        (["--apptainer", "/nonexistent/apptainer", "--build-option", "--notest"], "does not run"),
         (["--source", "/"], "is not a nodeprep checkout"),
     ],
 )
