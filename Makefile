@@ -27,6 +27,7 @@ lint: setup
 	  $(BIN)/ruff check provision tests playbooks $(wildcard benchmarks/*.py) && \
 	  $(BIN)/ruff format --check provision tests playbooks $(wildcard benchmarks/*.py) && \
 	  $(BIN)/mypy && \
+	  $(BIN)/python tests/lint/import_boundary.py provision/nodeprep && \
 	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production --offline playbooks roles'
 
 test-unit: setup

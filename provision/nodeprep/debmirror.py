@@ -1,7 +1,8 @@
 """Find the Debian mirror this host already uses, so image builds go where apt goes.
 
 Machines that build images often reach Debian only through an internal mirror; reading the
-host's apt sources keeps the lab working there without configuration.
+host's apt sources keeps the trainer image build (and the lab) working there without
+configuration. Both import this module: the product never depends on its test bed.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from nodeprep.lab.errors import LabInputError
-
 APT_SOURCES = Path("/etc/apt/sources.list")
 APT_SOURCES_DIR = Path("/etc/apt/sources.list.d")
+# NODEPREP_LAB_MIRROR is the name this setting had when only the lab used it.
+MIRROR_VARIABLES = ("NODEPREP_DEBIAN_MIRROR", "NODEPREP_LAB_MIRROR")
 _ONE_LINE = re.compile(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)")
+
+
+class MirrorNotFoundError(ValueError):
+    """No Debian mirror is configured or found; the message says how to name one."""
 
 
 def _one_line_uris(text: str) -> Iterable[tuple[str, str]]:
@@ -58,14 +63,15 @@ def mirror_from_sources(main: Path, parts: Path) -> str | None:
 
 
 def debian_mirror() -> str:
-    """$NODEPREP_LAB_MIRROR, else the host's apt mirror; a clear error when neither exists."""
-    explicit = os.environ.get("NODEPREP_LAB_MIRROR")
-    if explicit:
-        return explicit.rstrip("/")
+    """$NODEPREP_DEBIAN_MIRROR, else the host's apt mirror; a clear error when neither exists."""
+    for variable in MIRROR_VARIABLES:
+        explicit = os.environ.get(variable)
+        if explicit:
+            return explicit.rstrip("/")
     found = mirror_from_sources(APT_SOURCES, APT_SOURCES_DIR)
     if found is None:
-        raise LabInputError(
+        raise MirrorNotFoundError(
             "No Debian mirror was found in /etc/apt/sources.list*; "
-            "set NODEPREP_LAB_MIRROR to a Debian archive URL and run again."
+            "set NODEPREP_DEBIAN_MIRROR to a Debian archive URL and run again."
         )
     return found

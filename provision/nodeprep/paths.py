@@ -25,6 +25,11 @@ def playbook(name: str) -> Path:
     return data_dir() / "playbooks" / name
 
 
+def checks_file() -> Path:
+    """The one declaration of verify's check groups (read by verify.yml and the CLI)."""
+    return data_dir() / "playbooks" / "vars" / "checks.yml"
+
+
 def roles_dir() -> Path:
     return data_dir() / "roles"
 

@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nodeprep.runner import RunResult
+
 EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 3
 STATUSES = ("pass", "fail", "skip")
 # Synthetic checks the controller adds; they are never filtered out by --checks.
@@ -127,6 +129,27 @@ class Report:
             return f"FAILED ({counts})"
         word = "PASSED" if self.count("pass") else "NOTHING CHECKED, every check skipped"
         return f"{word} ({counts})"
+
+
+def from_run(result: RunResult, hosts: Iterable[str], selectors: Iterable[str] = ()) -> Report:
+    """Checks from the run, plus unreachable hosts and task failures no rescue caught."""
+    chosen_hosts = tuple(hosts)
+    unreachable: dict[str, str] = {}
+    errors: list[tuple[str, str, str]] = []
+    for host, recap in result.recap.items():
+        mine = [f for f in result.failures if f.host == host]
+        if recap.unreachable:
+            unreachable[host] = next((f.message for f in mine if f.unreachable), "no message")
+        elif recap.failed:
+            # Stats count only failures no rescue caught; the last one ended the host's play.
+            last = [f for f in mine if not f.unreachable][-1:]
+            errors += [(host, f.task, f.message) for f in last]
+    if not result.recap and result.rc != 0:
+        errors += [
+            (host, "ansible-playbook", f"exit {result.rc}, {result.status}")
+            for host in chosen_hosts
+        ]
+    return Report.build(result.results, chosen_hosts, unreachable, errors, selectors)
 
 
 def render(console: Console, report: Report) -> None:

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
+import yaml
+
+from nodeprep import paths
 from nodeprep.runner import RunResult, TaskFailure
 
-ROLLING_PLAY = "Roll out the disruptive roles in batches"
 DEFAULT_SERIAL: tuple[int | str, ...] = (1, "10%", "100%")
 
 
@@ -79,13 +83,24 @@ class Rollout:
         return bool(self.untouched) and bool(self.failures)
 
 
+@cache
+def rolling_play(playbook: Path | None = None) -> str:
+    """The name of the play that batches (the one with ``serial``), read from the playbook.
+
+    The playbook is the one place that names it; ansible-runner's events carry only names.
+    """
+    plays = yaml.safe_load((playbook or paths.playbook("provision.yml")).read_text())
+    (name,) = [str(play["name"]) for play in plays if "serial" in play]
+    return name
+
+
 def read_rollout(result: RunResult, planned: list[list[str]]) -> Rollout | None:
     """The rolling play as it ran; None when it never started (e.g. tags skipped it)."""
     position = {host: index for index, host in enumerate(h for b in planned for h in b)}
     batches = [
         sorted(play.hosts, key=lambda host: position.get(host, len(position)))
         for play in result.plays
-        if play.name == ROLLING_PLAY
+        if play.name == rolling_play()
     ]
     if not batches:
         return None

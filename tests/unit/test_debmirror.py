@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.lab.errors import LabInputError
-from nodeprep.lab.mirror import debian_mirror, mirror_from_sources
+from nodeprep.debmirror import MirrorNotFoundError, debian_mirror, mirror_from_sources
 
 DEB822 = """Types: deb
 URIs: http://mirror.example/debian-security
@@ -45,7 +44,8 @@ def test_missing_mirror_is_one_clear_sentence(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("NODEPREP_LAB_MIRROR", raising=False)
-    monkeypatch.setattr("nodeprep.lab.mirror.APT_SOURCES", tmp_path / "x")
-    monkeypatch.setattr("nodeprep.lab.mirror.APT_SOURCES_DIR", tmp_path / "y")
-    with pytest.raises(LabInputError, match="NODEPREP_LAB_MIRROR"):
+    monkeypatch.delenv("NODEPREP_DEBIAN_MIRROR", raising=False)
+    monkeypatch.setattr("nodeprep.debmirror.APT_SOURCES", tmp_path / "x")
+    monkeypatch.setattr("nodeprep.debmirror.APT_SOURCES_DIR", tmp_path / "y")
+    with pytest.raises(MirrorNotFoundError, match="NODEPREP_DEBIAN_MIRROR"):
         debian_mirror()

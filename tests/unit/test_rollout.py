@@ -47,7 +47,7 @@ def test_stopped_rollout_names_the_canary_failure_and_untouched_nodes() -> None:
     failure = TaskFailure("c", "Grow the disk", "volume_grow", "disk is gone")
     plays = [
         PlayBatch("Harden every node", ["a", "b", "c"]),
-        PlayBatch(rollout.ROLLING_PLAY, ["c"]),
+        PlayBatch(rollout.rolling_play(), ["c"]),
     ]
     ran = rollout.read_rollout(_result(plays, [failure]), planned)
     assert ran is not None
@@ -61,7 +61,10 @@ def test_stopped_rollout_names_the_canary_failure_and_untouched_nodes() -> None:
 
 def test_complete_rollout_lists_every_batch() -> None:
     planned = [["a"], ["b", "c"]]
-    plays = [PlayBatch(rollout.ROLLING_PLAY, ["a"]), PlayBatch(rollout.ROLLING_PLAY, ["b", "c"])]
+    plays = [
+        PlayBatch(rollout.rolling_play(), ["a"]),
+        PlayBatch(rollout.rolling_play(), ["b", "c"]),
+    ]
     ran = rollout.read_rollout(_result(plays, []), planned)
     assert ran is not None
     assert not ran.stopped

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from nodeprep import paths
 from nodeprep.cli.errors import BadInput
 from nodeprep.image import runtime
 from nodeprep.image.build import BuildRequest, BuildResult, build
-from nodeprep.image.definition import DEFAULT_BASE, DEFAULT_TORCH, BuildSpec, parse_base
+from nodeprep.image.definition import DEFAULT_BASE, DEFAULT_TORCH
 from nodeprep.image.errors import ImageError, ImageInputError
-from nodeprep.lab.errors import LabInputError
-from nodeprep.lab.mirror import debian_mirror
+from nodeprep.image.request import BuildInputs, build_request
 
 DEFAULT_OUTPUT = Path("nodeprep-trainer.sif")
 
@@ -103,10 +99,12 @@ def build_image(
     """
     console = Console(highlight=False, stderr=True)
     try:
-        request = _request(base, wheelhouse, torch_spec, output, force, apptainer_path,
-                           build_options, source)  # fmt: skip
+        request = build_request(
+            BuildInputs(base, wheelhouse, torch_spec, output, force, apptainer_path,
+                        build_options, source)
+        )  # fmt: skip
         result = _run(console, request)
-    except (ImageInputError, LabInputError) as error:
+    except ImageInputError as error:
         raise BadInput(str(error)) from error
     except ImageError as error:
         raise BuildFailed(str(error)) from error
@@ -116,76 +114,6 @@ def build_image(
         f"({result.size_bytes / 1e6:.0f} MB, content {result.content_hash[:16]}, "
         f"sha256 {result.image_sha256})"
     )
-
-
-def _request(
-    base: str, wheelhouse: Path | None, torch_spec: str, output: Path, force: bool,
-    apptainer_path: str, build_options: tuple[str, ...], source: Path | None,
-) -> BuildRequest:  # fmt: skip
-    """Validate every input before anything is built."""
-    spec = BuildSpec(
-        base=parse_base(base),
-        torch=None if torch_spec == "none" else torch_spec,
-        wheelhouse=_wheelhouse(wheelhouse),
-        source=_checkout(source),
-    )
-    if output.is_dir() or not os.access(_existing_parent(output), os.W_OK):
-        raise ImageInputError(f"--output {output} is not a writable file path; choose another.")
-    mirror = debian_mirror() if spec.base.kind == "debootstrap" else ""
-    if "--fakeroot" in build_options and os.geteuid() == 0:
-        _require_subids()
-    return BuildRequest(spec, output.resolve(), _apptainer(apptainer_path, mirror), mirror,
-                        build_options, force)  # fmt: skip
-
-
-def _wheelhouse(path: Path | None) -> Path | None:
-    if path is None:
-        return None
-    if not path.is_dir() or not any(path.glob("*.whl")):
-        raise ImageInputError(
-            f"--wheelhouse {path} holds no .whl files; fill it with "
-            "`pip download torch==2.13.0 -d DIR` or leave the option out."
-        )
-    return path.resolve()
-
-
-def _checkout(source: Path | None) -> Path:
-    root = source or paths.data_dir()
-    if not (root / "pyproject.toml").is_file() or not (root / "provision" / "nodeprep").is_dir():
-        raise ImageInputError(
-            f"{root} is not a nodeprep checkout (no pyproject.toml with "
-            "provision/nodeprep); pass --source CHECKOUT."
-        )
-    return root.resolve()
-
-
-def _existing_parent(path: Path) -> Path:
-    for parent in path.absolute().parents:
-        if parent.exists():
-            return parent
-    return Path("/")
-
-
-def _require_subids() -> None:
-    for name in ("/etc/subuid", "/etc/subgid"):
-        text = Path(name).read_text() if Path(name).exists() else ""
-        if not any(line.startswith("root:") for line in text.splitlines()):
-            raise ImageInputError(
-                f"--fakeroot as root needs a root entry in {name}; add "
-                f"`root:100000:65536` to {name} and run again."
-            )
-
-
-def _apptainer(choice: str, mirror: str) -> Path:
-    if choice == runtime.ROOTFS_CHOICE:
-        return runtime.rootfs_apptainer(runtime.cache_dir(), mirror or debian_mirror())
-    found = shutil.which(choice)
-    if found is None or not runtime.runs(found):
-        raise ImageInputError(
-            f"--apptainer {choice} does not run here; install apptainer (Debian 13: the sid "
-            f"package) or pass --apptainer {runtime.ROOTFS_CHOICE} on Debian 12."
-        )
-    return Path(found)
 
 
 def _run(console: Console, request: BuildRequest) -> BuildResult:

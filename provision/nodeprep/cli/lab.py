@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from nodeprep.debmirror import MirrorNotFoundError
 from nodeprep.lab import apptainer, faults, lifecycle
 from nodeprep.lab.errors import LabError, LabInputError
 from nodeprep.lab.inventory import render_ini
@@ -46,7 +47,7 @@ def lab_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except LabInputError as error:
+        except (LabInputError, MirrorNotFoundError) as error:
             raise LabUsageError(str(error)) from error
         except LabError as error:
             raise LabFailure(str(error)) from error

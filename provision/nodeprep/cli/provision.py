@@ -131,7 +131,8 @@ def run_playbook(
         except rollout.RolloutInputError as exc:
             raise BadInput(str(exc)) from exc
         planned = rollout.plan_batches(ordered, rolling_plan.serial)
-        request = _with_rollout_vars(request, rolling_plan, console)
+        request = _with_rollout_vars(request, rolling_plan)
+        request = _with_controller_wheel(request, console)
     mode = " in check mode" if request.check else ""
     console.print(
         f"nodeprep: running {request.playbook.name} on {len(hosts)} "
@@ -165,22 +166,30 @@ def run_playbook(
     return result.exit_code
 
 
-def _with_rollout_vars(
-    request: runner.RunRequest, plan: RollingPlan, console: Console
-) -> runner.RunRequest:
-    """Batching and the controller's wheel as variables of provision.yml (-e still wins)."""
+def _with_rollout_vars(request: runner.RunRequest, plan: RollingPlan) -> runner.RunRequest:
+    """Batching as variables of provision.yml's rolling play (-e still wins)."""
     extra: dict[str, Any] = {
         "nodeprep_rollout_serial": plan.serial,
         "nodeprep_rollout_canary": plan.canary or "",
     }
+    return dataclasses.replace(request, extra_vars={**extra, **request.extra_vars})
+
+
+def _with_controller_wheel(request: runner.RunRequest, console: Console) -> runner.RunRequest:
+    """Build (once per content) the wheel of this checkout that the nodes install nodeprep from.
+
+    A step of its own: it runs before any node is touched and can take seconds the first
+    time, so it says what it built; -e nodeprep_controller_wheel=... still wins.
+    """
     try:
         built = wheel.controller_wheel(Path.home() / ".cache" / "nodeprep" / "wheels")
     except wheel.WheelError as exc:
         raise BadInput(str(exc)) from exc
-    if built is not None:
-        console.print(f"nodeprep: nodes get nodeprep from {built}", markup=False, soft_wrap=True)
-        extra["nodeprep_controller_wheel"] = str(built)
-    return dataclasses.replace(request, extra_vars={**extra, **request.extra_vars})
+    if built is None:
+        return request
+    console.print(f"nodeprep: nodes get nodeprep from {built}", markup=False, soft_wrap=True)
+    extra = {"nodeprep_controller_wheel": str(built), **request.extra_vars}
+    return dataclasses.replace(request, extra_vars=extra)
 
 
 def _verdict(result: runner.RunResult) -> str:

@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from nodeprep import checks as check_groups
 from nodeprep import inventory as inventory_mod
 from nodeprep import paths, report, runner
 from nodeprep.cli.errors import BadInput
@@ -25,26 +26,19 @@ from nodeprep.cli.options import (
 )
 from nodeprep.cli.progress import write_json
 
-# Check groups (the part of a check's name before the dot) that verify.yml can run.
-GROUPS = (
-    "preflight", "tmux", "nic_bond", "apptainer", "heartbeat", "volume_grow", "disk",
-    "checkpoint", "gpu", "smoke",
-)  # fmt: skip
-# Disruptive drills run only with --drill; their checks are named drill.<what>.
-DRILL_GROUP = "drill"
-
 
 def parse_checks(values: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """(selectors, groups to run) from --checks; unknown names are refused before any run."""
     selectors = split_csv(values)
-    known = (*GROUPS, DRILL_GROUP)
+    known = check_groups.declared().known
     for name in selectors:
         if name.split(".", 1)[0] not in known:
             raise BadInput(
                 f"--checks {name!r} names no check group; use one of {', '.join(known)} "
                 "or a full check name such as heartbeat.service."
             )
-    groups = sorted({name.split(".", 1)[0] for name in selectors}) if selectors else list(GROUPS)
+    default = list(check_groups.declared().groups)
+    groups = sorted({name.split(".", 1)[0] for name in selectors}) if selectors else default
     return selectors, groups
 
 
@@ -133,8 +127,8 @@ def verify(
     selectors, groups = parse_checks(checks)
     refuse_fast_without_mitogen(fast)
     if drill and not selectors:
-        groups.append(DRILL_GROUP)
-    if DRILL_GROUP in groups and not drill:
+        groups.append(check_groups.declared().drill)
+    if check_groups.declared().drill in groups and not drill:
         raise BadInput("--checks drill runs disruptive drills; add --drill to allow them.")
     variables = {
         **merge_extra_vars(extra_vars),
@@ -169,7 +163,7 @@ def run_verify(
     console.print(f"nodeprep verify: {len(hosts)} host(s): {', '.join(hosts)}", markup=False)
     started = time.monotonic()
     result = runner.run(request, on_progress=_Progress(console, selectors))
-    built = build_report(result, hosts, selectors)
+    built = report.from_run(result, hosts, selectors)
     built.seconds = time.monotonic() - started
     report.render(console, built)
     if json_path is not None:
@@ -178,24 +172,3 @@ def run_verify(
         junit_path.parent.mkdir(parents=True, exist_ok=True)
         junit_path.write_text(report.to_junit(built))
     return built.exit_code
-
-
-def build_report(
-    result: runner.RunResult, hosts: tuple[str, ...], selectors: tuple[str, ...]
-) -> report.Report:
-    """Checks from the run, plus unreachable hosts and task failures no rescue caught."""
-    unreachable: dict[str, str] = {}
-    errors: list[tuple[str, str, str]] = []
-    for host, recap in result.recap.items():
-        mine = [f for f in result.failures if f.host == host]
-        if recap.unreachable:
-            unreachable[host] = next((f.message for f in mine if f.unreachable), "no message")
-        elif recap.failed:
-            # Stats count only failures no rescue caught; the last one ended the host's play.
-            last = [f for f in mine if not f.unreachable][-1:]
-            errors += [(host, f.task, f.message) for f in last]
-    if not result.recap and result.rc != 0:
-        errors += [
-            (host, "ansible-playbook", f"exit {result.rc}, {result.status}") for host in hosts
-        ]
-    return report.Report.build(result.results, hosts, unreachable, errors, selectors)

@@ -13,12 +13,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from nodeprep.debmirror import debian_mirror
 from nodeprep.image import runtime
 from nodeprep.image.debs import fetch_debs
 from nodeprep.image.definition import file_sha256
 from nodeprep.image.errors import ImageError
 from nodeprep.lab.errors import LabError, LabInputError
-from nodeprep.lab.mirror import debian_mirror
 from nodeprep.lab.ssh import SshTarget, run_ssh
 from nodeprep.lab.state import LabState
 

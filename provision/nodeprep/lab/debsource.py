@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeprep.debmirror import debian_mirror
 from nodeprep.image.definition import file_sha256
 from nodeprep.lab.errors import LabError
-from nodeprep.lab.mirror import debian_mirror
 
 log = logging.getLogger(__name__)
 _FIELD = re.compile(r"^(Package|Version|Source):\s*(\S+)(?:\s+\((\S+)\))?", re.MULTILINE)

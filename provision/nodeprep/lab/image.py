@@ -16,8 +16,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from nodeprep.debmirror import debian_mirror
 from nodeprep.lab.errors import LabError, LabInputError
-from nodeprep.lab.mirror import debian_mirror
 from nodeprep.lab.proc import run_logged, run_quiet
 from nodeprep.lab.recipe import DATA_LABEL, ROOT_LABEL, Recipe
 
