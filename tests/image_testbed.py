@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeprep.image import runtime
 from nodeprep.debmirror import debian_mirror
+from nodeprep.image import runtime
 
 # Built by the image tier (always, --force); the lab tier's quick-start chain reuses it.
 TORCH_IMAGE = runtime.cache_dir() / "test-images" / "nodeprep-torch.sif"

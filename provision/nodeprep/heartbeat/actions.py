@@ -3,6 +3,12 @@
 Signals and tmux keys go out at once from the loop (milliseconds); waiting for the
 emergency checkpoint and calling the webhook run in background threads so a slow
 trainer or a dead webhook never delays detection of the next failure.
+
+A signal only goes to a registration whose identity ``contract`` confirms, once when
+the registry is scanned and again immediately before the signal (a pid can change
+owner in between). Where the kernel offers pidfds the process is pinned first and
+signalled through the pidfd, so a pid reused after the last check cannot be hit at
+all. Ignored records are logged once each and counted per reason in the ledger.
 """
 
 from __future__ import annotations
@@ -43,10 +49,15 @@ class ActionLedger:
     total: dict[str, int] = field(default_factory=dict)
     last_time: dict[str, float] = field(default_factory=dict)
     last_checkpoint_latency_s: float | None = None
+    ignored: dict[str, int] = field(default_factory=dict)
 
     def note(self, action: str, when: float) -> None:
         self.total[action] = self.total.get(action, 0) + 1
         self.last_time[action] = when
+
+    def note_ignored(self, reason: contract.IgnoreReason) -> None:
+        """One registration ignored (not an action taken, so a separate counter)."""
+        self.ignored[reason.value] = self.ignored.get(reason.value, 0) + 1
 
 
 class Actions:
@@ -57,7 +68,8 @@ class Actions:
         self.registry = registry
         self.tmux_bin = tmux_bin
         self.ledger = ActionLedger()
-        self.paused: set[int] = set()
+        self.paused: dict[int, contract.Registration] = {}
+        self._seen_ignored: set[tuple[str, int, int]] = set()
         self._lock = threading.Lock()
         self._last_trip = float("-inf")
         self._hooks: queue.Queue[dict[str, object]] = queue.Queue(maxsize=16)
@@ -85,10 +97,10 @@ class Actions:
         """The node is healthy again: resume paused trainers and tell the webhook."""
         self._note("recover", trip)
         with self._lock:
-            paused, self.paused = self.paused, set()
-        for pid in sorted(paused):
-            _send(pid, signal.SIGCONT)
-            log.info("action=resume_trainer pid=%d probe=%s", pid, trip.probe)
+            paused, self.paused = self.paused, {}
+        for pid, entry in sorted(paused.items()):
+            if self._send(entry, signal.SIGCONT):
+                log.info("action=resume_trainer pid=%d probe=%s", pid, trip.probe)
         self._webhook("recover", trip)
 
     def _note(self, action: str, trip: Trip) -> None:
@@ -105,13 +117,14 @@ class Actions:
         )
 
     def _signal_trainers(self, trip: Trip) -> None:
-        trainers = contract.registered_trainers(self.registry)
-        if not trainers:
+        scan = contract.scan_registry(self.registry)
+        self._account(scan.ignored, scan_done=True)
+        if not scan.trainers:
             log.info("action=signal_trainers probe=%s result=no registered trainers", trip.probe)
-        for entry in trainers:
+        for entry in scan.trainers:
             run_dir = Path(entry.run_dir)
             before = len(contract.read_emergency_records(run_dir))
-            if not _send(entry.pid, contract.EMERGENCY_SIGNAL):
+            if not self._send(entry, contract.EMERGENCY_SIGNAL):
                 continue
             with self._lock:
                 self.ledger.note("signal_trainer", time.time())
@@ -125,13 +138,16 @@ class Actions:
             )
             threading.Thread(
                 target=self._await_checkpoint,
-                args=(entry.pid, run_dir, before, trip),
+                args=(entry, run_dir, before, trip),
                 name="checkpoint-wait",
                 daemon=True,
             ).start()
 
-    def _await_checkpoint(self, pid: int, run_dir: Path, before: int, trip: Trip) -> None:
+    def _await_checkpoint(
+        self, entry: contract.Registration, run_dir: Path, before: int, trip: Trip
+    ) -> None:
         """Report detection -> committed checkpoint, then pause the trainer if configured."""
+        pid = entry.pid
         deadline = time.monotonic() + self.cfg.pause_wait_s
         while time.monotonic() < deadline:
             records = contract.read_emergency_records(run_dir)
@@ -156,11 +172,59 @@ class Actions:
                 run_dir,
                 self.cfg.pause_wait_s,
             )
-        if self.cfg.pause_trainers and _send(pid, signal.SIGSTOP):
+        if self.cfg.pause_trainers and self._send(entry, signal.SIGSTOP):
             with self._lock:
-                self.paused.add(pid)
+                self.paused[pid] = entry
                 self.ledger.note("pause_trainer", time.time())
             log.warning("action=pause_trainer pid=%d probe=%s", pid, trip.probe)
+
+    def _send(self, entry: contract.Registration, sig: signal.Signals) -> bool:
+        """Signal ``entry`` only if it is still the trainer that registered, else refuse.
+
+        The pidfd is opened before the check, so the check is about the very process
+        the signal then reaches; without pidfds the window is the few microseconds
+        between the check and ``os.kill``.
+        """
+        pidfd = _pidfd_open(entry.pid)
+        try:
+            refused = contract.confirm(entry, self.registry)
+            if refused is not None:
+                log.warning(
+                    "action=signal_refused pid=%d signal=%s reason=%s detail=%s",
+                    entry.pid,
+                    sig.name,
+                    refused.reason.value,
+                    refused.detail,
+                )
+                self._account([refused], scan_done=False)
+                return False
+            return _deliver(entry.pid, pidfd, sig)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _account(self, ignored: list[contract.IgnoredRecord], scan_done: bool) -> None:
+        """Log and count each ignored record once, not again at every trip.
+
+        After a full scan only the records still present are remembered, so the set
+        stays as small as the registry's leftovers (e.g. stale files the daemon may not
+        remove because its registry is read-only).
+        """
+        with self._lock:
+            fresh = [r for r in ignored if r.key not in self._seen_ignored]
+            keys = {r.key for r in ignored}
+            self._seen_ignored = keys if scan_done else self._seen_ignored | keys
+            for record in fresh:
+                self.ledger.note_ignored(record.reason)
+        for record in fresh:
+            log.warning(
+                "registration=ignored pid=%s reason=%s file=%s removed=%s detail=%s",
+                record.pid,
+                record.reason.value,
+                record.path,
+                "yes" if record.removed else "no",
+                record.detail,
+            )
 
     def _tmux(self, trip: Trip) -> None:
         """The fallback for jobs that are not nodeprep trainers: keys into a tmux session."""
@@ -207,9 +271,22 @@ class Actions:
                 log.error("action=webhook event=%s failed=%s", payload["event"], err)
 
 
-def _send(pid: int, sig: signal.Signals) -> bool:
+def _pidfd_open(pid: int) -> int | None:
+    """A pidfd pinning ``pid``, or ``None`` (no such process, old kernel, seccomp EPERM)."""
+    if pid <= 0:
+        return None
     try:
-        os.kill(pid, sig)
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _deliver(pid: int, pidfd: int | None, sig: signal.Signals) -> bool:
+    try:
+        if pidfd is None:
+            os.kill(pid, sig)
+        else:
+            signal.pidfd_send_signal(pidfd, sig)
     except OSError as err:
         log.error("action=signal pid=%d signal=%s failed=%s", pid, sig.name, err)
         return False

@@ -132,6 +132,7 @@ class Daemon:
             dict(ledger.total),
             dict(ledger.last_time),
             ledger.last_checkpoint_latency_s,
+            registrations_ignored=dict(ledger.ignored),
         )
         for check in self.gpu_checks:
             snap.gpu.update(check.readings)

@@ -3,6 +3,11 @@
 node_exporter may read the file at any instant, so it is written to a temporary file
 in the same directory (same filesystem) and renamed over the old one: a reader sees
 either the previous complete file or the new complete file, never a partial one.
+
+``registrations_ignored_total{reason}`` is a counter of its own rather than an action
+kind: ignoring a record is not something the watchdog did to the node, and the reason
+is a dimension of its own. Every reason is exported from the start (0 until it
+happens), so ``increase()`` sees the first one.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodeprep.contract import IgnoreReason
 from nodeprep.heartbeat.state import State
 
 PREFIX = "nodeprep_heartbeat"
@@ -40,6 +46,7 @@ class Snapshot:
     last_checkpoint_latency_s: float | None = None
     gpu: dict[str, dict[str, float]] = field(default_factory=dict)
     gpu_skipped_reason: str | None = None
+    registrations_ignored: dict[str, int] = field(default_factory=dict)
 
 
 def _esc(value: str) -> str:
@@ -50,8 +57,8 @@ class _Writer:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def family(self, name: str, help_text: str) -> None:
-        self.lines += [f"# HELP {PREFIX}_{name} {help_text}", f"# TYPE {PREFIX}_{name} gauge"]
+    def family(self, name: str, help_text: str, kind: str = "gauge") -> None:
+        self.lines += [f"# HELP {PREFIX}_{name} {help_text}", f"# TYPE {PREFIX}_{name} {kind}"]
 
     def sample(self, name: str, labels: dict[str, str], value: float) -> None:
         inner = ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items())
@@ -90,8 +97,20 @@ def render(snap: Snapshot) -> str:
             "detect_to_checkpoint_seconds", "Last detection to committed emergency checkpoint."
         )
         w.sample("detect_to_checkpoint_seconds", {}, snap.last_checkpoint_latency_s)
+    _render_ignored(w, snap)
     _render_gpu(w, snap)
     return "\n".join(w.lines) + "\n"
+
+
+def _render_ignored(w: _Writer, snap: Snapshot) -> None:
+    w.family(
+        "registrations_ignored_total",
+        "Trainer registrations ignored (never signalled) since the daemon started, by reason.",
+        "counter",
+    )
+    for reason in IgnoreReason:
+        count = snap.registrations_ignored.get(reason.value, 0)
+        w.sample("registrations_ignored_total", {"reason": reason.value}, count)
 
 
 def _render_gpu(w: _Writer, snap: Snapshot) -> None:
