@@ -168,3 +168,18 @@ def test_verify_fast_selects_mitogen(runs: list[runner.RunRequest], local_invent
     assert runs[0].fast
     _, out = invoke("verify", str(local_inventory), "--checks", "disk")
     assert not runs[1].fast, out
+
+
+def test_extra_vars_are_split_as_ansible_splits_them(
+    runs: list[runner.RunRequest], local_inventory: Path
+) -> None:
+    code, out = invoke("provision", str(local_inventory), "-e", "msg=\"hello world\" n='a b' k=v=w")
+    assert code == 0, out
+    assert {k: runs[0].extra_vars[k] for k in ("msg", "n", "k")} == {
+        "msg": "hello world",
+        "n": "a b",
+        "k": "v=w",
+    }
+    code, out = invoke("provision", str(local_inventory), "-e", 'msg="unclosed')
+    assert code == 2
+    assert "is not KEY=VALUE" in out

@@ -43,18 +43,27 @@ class ExtraVars(click.ParamType[dict[str, Any]]):
                     ctx,
                 )
             return self._mapping(loaded, text, param, ctx)
-        pairs: dict[str, Any] = {}
-        for item in text.split():
-            key, sep, raw = item.partition("=")
-            if not sep or not key.isidentifier():
-                self.fail(
-                    f"-e {text!r} is not KEY=VALUE, inline JSON/YAML or @FILE; "
-                    "write it like -e preflight_min_free_gb=20.",
-                    param,
-                    ctx,
-                )
-            pairs[key] = raw
-        return pairs
+        return self._pairs(text, param, ctx)
+
+    def _pairs(
+        self, text: str, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dict[str, Any]:
+        """KEY=VALUE words split as ansible-playbook splits them (quotes hold spaces)."""
+        from ansible.errors import AnsibleError
+        from ansible.parsing.splitter import parse_kv
+
+        try:
+            pairs = parse_kv(text, check_raw=False)
+        except AnsibleError as exc:
+            pairs = {"_raw_params": str(exc)}
+        if "_raw_params" in pairs or not all(key.isidentifier() for key in pairs):
+            self.fail(
+                f"-e {text!r} is not KEY=VALUE, inline JSON/YAML or @FILE; "
+                "write it like -e preflight_min_free_gb=20.",
+                param,
+                ctx,
+            )
+        return {str(key): value for key, value in pairs.items()}
 
     def _from_file(
         self, path: Path, param: click.Parameter | None, ctx: click.Context | None
