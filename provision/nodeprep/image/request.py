@@ -87,14 +87,42 @@ def _existing_parent(path: Path) -> Path:
     return Path("/")
 
 
-def _require_subids() -> None:
-    for name in ("/etc/subuid", "/etc/subgid"):
-        text = Path(name).read_text() if Path(name).exists() else ""
-        if not any(line.startswith("root:") for line in text.splitlines()):
-            raise ImageInputError(
-                f"--fakeroot as root needs a root entry in {name}; add "
-                f"`root:100000:65536` to {name} and run again."
-            )
+SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
+# Apptainer's --fakeroot maps a full 16-bit range of subordinate ids (apptainer#692: fewer
+# end in a misleading error deep inside the build).
+SUBID_RANGE = 65536
+
+
+def _require_subids(files: tuple[Path, ...] = SUBID_FILES) -> None:
+    for path in files:
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        problem = subid_problem(text, path)
+        if problem:
+            raise ImageInputError(problem)
+
+
+def subid_problem(text: str, path: Path) -> str | None:
+    """Why ``text`` (a subuid/subgid file) gives root no usable range for --fakeroot, or None."""
+    ranges = [line.split(":") for line in text.splitlines() if line.startswith("root:")]
+    fix = f"add `root:100000:{SUBID_RANGE}` to {path} and run again"
+    if not ranges:
+        return f"--fakeroot as root needs a root entry in {path}; {fix}."
+    if any(_holds_a_full_range(fields) for fields in ranges):
+        return None
+    shown = ", ".join(":".join(fields) for fields in ranges)
+    return (
+        f"--fakeroot as root needs {SUBID_RANGE} subordinate ids in {path}, and its root "
+        f"entries ({shown}) hold fewer; {fix}."
+    )
+
+
+def _holds_a_full_range(fields: list[str]) -> bool:
+    return (
+        len(fields) == 3
+        and fields[1].isdigit()
+        and fields[2].isdigit()
+        and (int(fields[2]) >= SUBID_RANGE)
+    )
 
 
 def _apptainer(choice: str, mirror: str) -> Path:

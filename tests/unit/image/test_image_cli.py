@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep.cli import cli
+from nodeprep.image.request import subid_problem
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -47,3 +48,25 @@ def test_output_that_is_a_directory_is_refused(tmp_path: Path) -> None:
     code, out = invoke("--output", str(tmp_path), "--torch", "none")
     assert code == 2
     assert "is a directory" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "needs a root entry in"),
+        ("alice:100000:65536\n", "needs a root entry in"),
+        ("root:100000:1000\n", "its root entries (root:100000:1000) hold fewer"),
+        ("root:100000:lots\n", "hold fewer"),
+        ("root:1:10\nroot:200000:65536\n", None),
+    ],
+)
+def test_fakeroot_needs_a_full_range_of_subordinate_ids(
+    text: str, expected: str | None, tmp_path: Path
+) -> None:
+    problem = subid_problem(text, tmp_path / "subuid")
+    if expected is None:
+        assert problem is None
+    else:
+        assert problem is not None
+        assert expected in problem
+        assert f"add `root:100000:65536` to {tmp_path / 'subuid'}" in problem
