@@ -56,12 +56,19 @@ def lab_errors(func: F) -> F:
 
 
 def _progress_logging() -> None:
+    """The lab's progress lines on stderr, each once: ``lab: ...``.
+
+    Without ``propagate = False`` every line also reached the root handler that the
+    command group installs (as ``INFO nodeprep.lab...: ...``): ancestors' handlers see a
+    record whatever the ancestors' levels.
+    """
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("lab: %(message)s"))
     root = logging.getLogger("nodeprep.lab")
     if not root.handlers:
         root.addHandler(handler)
     root.setLevel(logging.INFO)
+    root.propagate = False
 
 
 @click.group(name="lab")
