@@ -96,6 +96,15 @@ class TaskFailure:
     unreachable: bool = False
 
 
+@dataclass(frozen=True)
+class TaskChange:
+    """A task that changed a host: the recap names them, so a second run's changes can be found."""
+
+    host: str
+    task: str
+    role: str
+
+
 @dataclass
 class PlayBatch:
     """One start of a play: with `serial`, each batch of hosts starts the play again."""
@@ -112,6 +121,7 @@ class RunResult:
     failures: list[TaskFailure]
     results: list[dict[str, Any]] = field(default_factory=list)
     plays: list[PlayBatch] = field(default_factory=list)
+    changes: list[TaskChange] = field(default_factory=list)
 
     @property
     def unreachable_hosts(self) -> list[str]:
@@ -168,6 +178,7 @@ class _EventCollector:
         self.failures: list[TaskFailure] = []
         self.results: list[dict[str, Any]] = []
         self.plays: list[PlayBatch] = []
+        self.changes: list[TaskChange] = []
 
     def __call__(self, event: dict[str, Any]) -> bool:
         data = event.get("event_data") or {}
@@ -191,6 +202,7 @@ class _EventCollector:
             self.plays[-1].hosts.append(host)
         if outcome == "ok" and res.get("changed"):
             outcome = "changed"
+            self.changes.append(TaskChange(host, task, role))
         if outcome == "failed" and data.get("ignore_errors"):
             outcome = "ok"
         message = _message(res) if outcome in ("failed", "unreachable") else ""
@@ -260,6 +272,7 @@ def run(request: RunRequest, on_progress: Callable[[Progress], None] | None = No
             failures=collector.failures,
             results=collector.results,
             plays=collector.plays,
+            changes=collector.changes,
         )
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)

@@ -6,8 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from nodeprep import paths, runner
+from nodeprep.cli import progress
 
 
 def test_minimal_request(tmp_path: Path) -> None:
@@ -106,6 +108,23 @@ def test_events_become_progress_recap_and_failures() -> None:
     assert collect.failures == [runner.TaskFailure("n2", "T1", "r", "disk too small")]
     assert collect.recap["n1"].changed == 1
     assert collect.recap["n2"].failed == 1
+    assert collect.changes == [runner.TaskChange("n1", "T1", "r")]
+
+
+def test_the_recap_names_each_changed_task_per_host() -> None:
+    result = runner.RunResult(
+        "successful",
+        0,
+        {"n1": runner.HostRecap(ok=3, changed=2), "n2": runner.HostRecap(ok=3)},
+        [],
+        changes=[runner.TaskChange("n1", "Write the config.", "heartbeat"),
+                 runner.TaskChange("n1", "Restart it.", "")],
+    )  # fmt: skip
+    console = Console(record=True, width=200)
+    progress.print_recap(console, result)
+    text = console.export_text()
+    assert "CHANGED n1 (2): heartbeat : Write the config.; Restart it." in text
+    assert "CHANGED n2" not in text
 
 
 def test_fast_selects_the_mitogen_strategy(tmp_path: Path) -> None:

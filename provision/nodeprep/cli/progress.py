@@ -88,12 +88,25 @@ def print_recap(console: Console, result: RunResult) -> None:
     for host, recap in sorted(result.recap.items()):
         table.add_row(host, *(str(v) for v in asdict(recap).values()))
     console.print(table)
+    for host, tasks in sorted(changed_tasks(result).items()):
+        console.print(
+            f"CHANGED {host} ({len(tasks)}): {'; '.join(tasks)}", markup=False, soft_wrap=True
+        )
     for failure in result.failures:
         kind = "UNREACHABLE" if failure.unreachable else "FAILED"
         where = f"{failure.role} : {failure.task}" if failure.role else failure.task
         console.print(
             f"{kind} {failure.host} [{where}]: {failure.message}", markup=False, soft_wrap=True
         )
+
+
+def changed_tasks(result: RunResult) -> dict[str, list[str]]:
+    """Host -> the tasks that changed it, as ``role : task``, in the order they ran."""
+    found: dict[str, list[str]] = {}
+    for change in result.changes:
+        where = f"{change.role} : {change.task}" if change.role else change.task
+        found.setdefault(change.host, []).append(where)
+    return found
 
 
 def summary(request: RunRequest, result: RunResult, seconds: float) -> dict[str, Any]:
@@ -107,6 +120,7 @@ def summary(request: RunRequest, result: RunResult, seconds: float) -> dict[str,
         "seconds": round(seconds, 3),
         "hosts": {host: asdict(recap) for host, recap in sorted(result.recap.items())},
         "failures": [asdict(f) for f in result.failures],
+        "changed_tasks": changed_tasks(result),
         "unreachable": result.unreachable_hosts,
     }
 
