@@ -29,6 +29,7 @@ from nodeprep.checkpoint.manifest import (
     Manifest,
     checkpoint_name,
 )
+from nodeprep.data.files import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +58,6 @@ class _HashingFile:
 
     def flush(self) -> None:
         self._handle.flush()
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_payload(path: Path, obj: Any) -> FileEntry:
