@@ -1,8 +1,12 @@
-"""Fixtures of the unit tier: a spy on playbook runs and a recording stand-in for ssh."""
+"""Fixtures of the unit tier: a spy on playbook runs, a recording stand-in for ssh, and
+processes that are ended by pid whatever the test did."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -40,3 +44,22 @@ def ssh_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     return log
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start processes; every one is killed by pid and reaped, whatever the test did."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(list(argv))
+        procs.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)

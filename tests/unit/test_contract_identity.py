@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,25 +45,6 @@ def _wait(predicate: Callable[[], object], what: str, timeout: float = 10) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
-
-
-@pytest.fixture
-def spawn() -> Iterator[Starter]:
-    """Start processes; every one is killed by pid and reaped, whatever the test did."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*argv: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(list(argv))
-        procs.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(5)
 
 
 def _trainer(spawn: Starter, registry: Path, run_dir: Path, mode: str = "stay") -> int:

@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,23 +30,17 @@ IGNORED = "nodeprep_heartbeat_registrations_ignored_total"
 
 
 @pytest.fixture
-def unrelated() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+def unrelated(
+    spawn: Callable[..., subprocess.Popen[bytes]],
+) -> Callable[[], subprocess.Popen[bytes]]:
     """Unrelated ``sleep`` processes (not trainers), killed by pid whatever the test did."""
-    procs: list[subprocess.Popen[bytes]] = []
 
     def start() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(["sleep", "60"])
-        procs.append(proc)
+        proc = spawn("sleep", "60")
         wait_for(lambda: _stat_fields(proc.pid)[0] in "SR", 5, "sleep to start")
         return proc
 
-    try:
-        yield start
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+    return start
 
 
 def _stat_fields(pid: int) -> list[str]:
