@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 MODES = ("ok", "slow", "hang", "error", "refuse", "spot", "events")
 
@@ -150,3 +151,17 @@ class Endpoint:
     def stop(self) -> None:
         self.released.set()
         self._close()
+
+
+def http_probe(
+    endpoint: Endpoint, interval: float, timeout: float, fail_threshold: int
+) -> dict[str, Any]:
+    """A probe config of the ``web`` http probe against ``endpoint`` (the tests' usual probe)."""
+    return {
+        "name": "web",
+        "type": "http",
+        "url": f"{endpoint.url}/",
+        "interval": interval,
+        "timeout": timeout,
+        "fail_threshold": fail_threshold,
+    }

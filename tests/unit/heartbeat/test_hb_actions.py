@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hb_endpoints import Endpoint
+from hb_endpoints import Endpoint, http_probe
 from hb_support import RunningDaemon, wait_for
 
 from nodeprep import contract
@@ -23,15 +23,7 @@ TrainerStarter = Callable[[str], tuple[subprocess.Popen[bytes], Path]]
 
 
 def _probe(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        "name": "web",
-        "type": "http",
-        "url": f"{endpoint.url}/",
-        "interval": 0.3,
-        "timeout": 0.2,
-        "fail_threshold": 2,
-        "recover_threshold": 2,
-    }
+    return http_probe(endpoint, 0.3, 0.2, 2)
 
 
 def _proc_state(pid: int) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hb_endpoints import Endpoint
+from hb_endpoints import Endpoint, http_probe
 from hb_support import RunningDaemon, wait_for
 
 from nodeprep import contract
@@ -62,14 +62,7 @@ def _write_record(registry: Path, pid: int, start_ticks: int | None, **extra: An
 
 
 def _probe(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        "name": "web",
-        "type": "http",
-        "url": f"{endpoint.url}/",
-        "interval": 0.2,
-        "timeout": 0.1,
-        "fail_threshold": 1,
-    }
+    return http_probe(endpoint, 0.2, 0.1, 1)
 
 
 def _metric(prom: Path, reason: str) -> float | None:

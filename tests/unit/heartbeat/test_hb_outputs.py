@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hb_endpoints import Endpoint
+from hb_endpoints import Endpoint, http_probe
 from hb_support import RunningDaemon, wait_for
 
 from nodeprep.heartbeat import metrics
@@ -20,14 +20,7 @@ def test_daemon_writes_prometheus_textfile(
     endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon], tmp_path: Path
 ) -> None:
     prom = tmp_path / "heartbeat.prom"
-    probe = {
-        "name": "web",
-        "type": "http",
-        "url": f"{endpoint.url}/",
-        "interval": 0.2,
-        "timeout": 0.1,
-        "fail_threshold": 1,
-    }
+    probe = http_probe(endpoint, 0.2, 0.1, 1)
     hb = run_daemon({"probes": [probe], "metrics": {"path": str(prom), "interval_s": 0.2}})
     wait_for(
         lambda: prom.exists() and 'probe_up{probe="web",type="http"} 1' in prom.read_text(),
