@@ -24,11 +24,15 @@ $(STAMP): pyproject.toml
 
 lint: setup
 	@bash .ci/timed lint -- bash -c '\
-	  $(BIN)/ruff check provision tests playbooks $(wildcard benchmarks/*.py) && \
-	  $(BIN)/ruff format --check provision tests playbooks $(wildcard benchmarks/*.py) && \
+	  $(BIN)/ruff check provision plugins tests playbooks $(wildcard benchmarks/*.py) && \
+	  $(BIN)/ruff format --check provision plugins tests playbooks $(wildcard benchmarks/*.py) && \
 	  $(BIN)/mypy && \
+	  $(BIN)/python -c "from pathlib import Path; from nodeprep import paths; paths.link_collection(Path(\".ansible/collections\").resolve())" && \
+	  MYPYPATH=$(CURDIR)/.ansible/collections $(BIN)/mypy --namespace-packages --explicit-package-bases \
+	    -p ansible_collections.nodeprep.hardening.plugins && \
 	  $(BIN)/python tests/lint/import_boundary.py provision/nodeprep && \
-	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production --offline playbooks roles'
+	  ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.ansible/collections PATH=$(CURDIR)/$(BIN):$$PATH \
+	    $(BIN)/ansible-lint --profile production --offline playbooks roles'
 
 test-unit: setup
 	@bash .ci/timed unit -- $(PYTEST) tests/unit

@@ -17,6 +17,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 PACKAGES = ("systemd-sysv", "dbus", "python3", "python3-venv", "python3-apt")
@@ -179,3 +181,17 @@ class Container:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextmanager
+def booted(workdir: Path) -> Iterator[Container]:
+    """A container of the host's suite, booted in WORKDIR; stopped even when the test fails."""
+    why = missing_tools()
+    if why:
+        raise RuntimeError(why)
+    box = Container.from_tarball(rootfs_tarball(), workdir)
+    try:
+        box.boot()
+        yield box
+    finally:
+        box.stop()

@@ -1,15 +1,21 @@
 """Where nodeprep's Ansible content lives, in a checkout and in an installed wheel.
 
-A wheel carries playbooks/, roles/, containers/ and ansible.cfg under
-``nodeprep/_data``; an editable install (a checkout) uses them from the
-repository root. Everything that needs those files asks this module.
+A wheel carries the collection (galaxy.yml, meta/, plugins/, playbooks/, roles/),
+containers/ and ansible.cfg under ``nodeprep/_data``; an editable install (a checkout)
+uses them from the repository root, which is the collection root. Everything that needs
+those files asks this module.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+
+# The collection's name (galaxy.yml); modules are called as nodeprep.hardening.MODULE.
+COLLECTION_NAMESPACE = "nodeprep"
+COLLECTION_NAME = "hardening"
 
 
 def data_dir() -> Path:
@@ -40,3 +46,17 @@ def ansible_cfg() -> Path:
 
 def containers_dir() -> Path:
     return data_dir() / "containers"
+
+
+def link_collection(into: Path) -> Path:
+    """Make *into* a collections path that holds this copy of the collection; returns *into*.
+
+    Ansible finds a collection only at ``PATH/ansible_collections/NAMESPACE/NAME``; the data
+    directory is the collection root, so a symlink there makes the copy nodeprep carries
+    (a checkout or the wheel) the one Ansible loads. *into* is a run's private directory.
+    """
+    link = into / "ansible_collections" / COLLECTION_NAMESPACE / COLLECTION_NAME
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        os.symlink(data_dir(), link, target_is_directory=True)
+    return into

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 3
 
+# Under a run's private directory: the collections path that holds nodeprep.hardening.
+COLLECTIONS_SUBDIR = "collections"
+
 # Runner event name -> outcome shown to the user.
 _OUTCOMES = {
     "runner_on_ok": "ok",
@@ -150,6 +153,9 @@ def build_runner_kwargs(request: RunRequest, private_data_dir: Path) -> dict[str
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
             "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+            # This copy of nodeprep.hardening first; the `ansible` package's collections
+            # (community.general, amazon.aws) are still found on Python's path.
+            "ANSIBLE_COLLECTIONS_PATH": str(private_data_dir / COLLECTIONS_SUBDIR),
             "ANSIBLE_NOCOLOR": "1",
             **(mitogen_env() if request.fast else {}),
         },
@@ -262,6 +268,7 @@ def run(request: RunRequest, on_progress: Callable[[Progress], None] | None = No
     collector = _EventCollector(on_progress)
     private_dir = Path(tempfile.mkdtemp(prefix="nodeprep-run-"))
     try:
+        paths.link_collection(private_dir / COLLECTIONS_SUBDIR)
         kwargs = build_runner_kwargs(request, private_dir)
         log.debug("ansible-runner kwargs: %s", kwargs)
         outcome = ansible_runner.run(event_handler=collector, **kwargs)

@@ -19,9 +19,11 @@ from nodeprep import paths
 
 log = logging.getLogger(__name__)
 
-# What the wheel is made of (see pyproject.toml's build targets).
-_INPUTS = (
-    "pyproject.toml", "ansible.cfg", "provision/nodeprep", "playbooks", "roles", "containers",
+# What the wheel is made of (see pyproject.toml's build targets): the package and the
+# nodeprep.hardening collection it carries. Image builds hash the same list.
+INPUTS = (
+    "pyproject.toml", "README.md", "ansible.cfg", "galaxy.yml", "meta", "plugins",
+    "provision/nodeprep", "playbooks", "roles", "containers",
 )  # fmt: skip
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 
@@ -39,7 +41,7 @@ def source_root() -> Path | None:
 def content_digest(root: Path) -> str:
     """A hash of every file that goes into the wheel (names and bytes)."""
     digest = hashlib.sha256()
-    for name in _INPUTS:
+    for name in INPUTS:
         base = root / name
         files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
         for path in files:

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-LIBRARY = Path(__file__).resolve().parents[2] / "roles" / "nic_bond" / "library"
+LIBRARY = Path(__file__).resolve().parents[2] / "plugins" / "modules"
 PROC_BOND = """Ethernet Channel Bonding Driver: v6.12.117+deb13-amd64
 
 Bonding Mode: fault-tolerance (active-backup)

@@ -18,6 +18,15 @@ def test_checkout_data_dir_holds_the_ansible_content() -> None:
     assert (paths.data_dir() / "playbooks" / "provision.yml").is_file()
     assert (paths.roles_dir() / "preflight" / "tasks" / "main.yml").is_file()
     assert paths.ansible_cfg().is_file()
+    assert (paths.data_dir() / "galaxy.yml").is_file()
+
+
+def test_the_run_loads_this_copy_of_the_collection(tmp_path: Path) -> None:
+    into = paths.link_collection(tmp_path / "collections")
+    root = into / "ansible_collections" / paths.COLLECTION_NAMESPACE / paths.COLLECTION_NAME
+    assert (root / "plugins" / "modules" / "nodeprep_check.py").is_file()
+    assert root.resolve() == paths.data_dir().resolve()
+    assert paths.link_collection(tmp_path / "collections") == into  # a second call is a no-op
 
 
 @pytest.mark.timeout(300)
@@ -33,6 +42,10 @@ def test_wheel_carries_playbooks_roles_and_config(tmp_path: Path) -> None:
         "nodeprep/_data/roles/preflight/tasks/main.yml",
         "nodeprep/_data/roles/preflight/meta/argument_specs.yml",
         "nodeprep/_data/ansible.cfg",
+        "nodeprep/_data/galaxy.yml",
+        "nodeprep/_data/meta/runtime.yml",
+        "nodeprep/_data/plugins/modules/nodeprep_check.py",
+        "nodeprep/_data/plugins/action/nodeprep_check.py",
         "nodeprep/cli/__init__.py",
         "nodeprep/contract.py",
     ):

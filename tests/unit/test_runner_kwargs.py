@@ -22,6 +22,10 @@ def test_minimal_request(tmp_path: Path) -> None:
     assert kwargs["private_data_dir"] == str(tmp_path / "private")
     assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(paths.ansible_cfg())
     assert kwargs["envvars"]["ANSIBLE_ROLES_PATH"] == str(paths.roles_dir())
+    # The collection comes from the run's private directory (run() links it there).
+    collections = tmp_path / "private" / runner.COLLECTIONS_SUBDIR
+    assert kwargs["envvars"]["ANSIBLE_COLLECTIONS_PATH"] == str(collections)
+    assert not collections.exists()  # building the kwargs has no side effects
     assert kwargs["envvars"]["PATH"].startswith(str(Path(sys.executable).parent))
     for absent in ("limit", "tags", "skip_tags", "forks", "cmdline"):
         assert absent not in kwargs

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jinja2
 
-from nodeprep import __version__, paths
+from nodeprep import __version__, paths, wheel
 from nodeprep.image.errors import ImageInputError
 
 TEMPLATE_NAME = "trainer.def.j2"
@@ -26,9 +26,6 @@ DEFAULT_BASE = "debootstrap:bookworm"
 DEFAULT_TORCH = "torch==2.13.0"
 _DOCKER = re.compile(r"^docker://(?P<ref>[a-z0-9][\w./:-]*@sha256:[0-9a-f]{64})$")
 _SUITE = re.compile(r"^debootstrap:(?P<suite>[a-z]+)$")
-# The files a nodeprep wheel is built from; other files in a checkout do not matter.
-SOURCE_PATHS = ("pyproject.toml", "README.md", "ansible.cfg", "provision/nodeprep", "playbooks",
-                "roles", "containers")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,7 @@ def _tree_files(root: Path, names: Iterable[str]) -> list[Path]:
 def source_digest(source: Path) -> str:
     """One hash over every file the nodeprep wheel is built from (path and bytes)."""
     digest = hashlib.sha256()
-    for path in _tree_files(source, SOURCE_PATHS):
+    for path in _tree_files(source, wheel.INPUTS):
         digest.update(str(path.relative_to(source)).encode() + b"\0")
         digest.update(file_sha256(path).encode() + b"\n")
     return digest.hexdigest()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hb_converge import REPO, Converger
 
-from nspawn_node import Container, missing_tools, rootfs_tarball
+from nspawn_node import Container, booted
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "heartbeat"))
 
@@ -51,15 +51,8 @@ def nvml_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
-    why = missing_tools()
-    if why:
-        pytest.fail(why)
-    box = Container.from_tarball(rootfs_tarball(), tmp_path_factory.mktemp("node"))
-    try:
-        box.boot()
+    with booted(tmp_path_factory.mktemp("node")) as box:
         yield box
-    finally:
-        box.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodeprep import paths
 from nspawn_node import Container
 
 REPO = Path(__file__).resolve().parents[3]
@@ -46,6 +47,7 @@ class Converger:
         env = dict(
             os.environ,
             ANSIBLE_ROLES_PATH=str(REPO / "roles"),
+            ANSIBLE_COLLECTIONS_PATH=str(paths.link_collection(self.workdir / "collections")),
             ANSIBLE_NOCOLOR="1",
             ANSIBLE_CONFIG=str(self.workdir / "none.cfg"),
             ANSIBLE_FORCE_COLOR="0",

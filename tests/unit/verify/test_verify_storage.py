@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,9 +49,27 @@ def test_corrupt_newest_fails_and_names_the_fallback(run_dir: Path) -> None:
     assert not verdict["passed"]
     assert verdict["detail"] == (
         f"The newest checkpoint {run_dir}/ckpt-0000000012-full fails verification "
-        "(model.pt sha256 does not match the manifest); a resume falls back to "
+        "(model.pt sha256 does not match manifest); a resume falls back to "
         "ckpt-0000000008-full (step 8)."
     )
+
+
+def test_verify_judges_with_the_very_file_the_core_resumes_with() -> None:
+    from nodeprep.checkpoint import manifest
+
+    ours = Path(inspect.getfile(checkpoints.verify)).resolve()
+    assert ours == Path(inspect.getfile(manifest.verify)).resolve()
+    assert checkpoints.verify.__module__.startswith("ansible_collections.nodeprep.hardening.")
+
+
+def test_a_bumped_format_version_is_refused_by_verify_as_by_resume(run_dir: Path) -> None:
+    newest = run_dir / "ckpt-0000000012-full" / "manifest.json"
+    newest.write_text(newest.read_text().replace('"format_version": 1', '"format_version": 2'))
+    with pytest.raises(CheckpointInvalidError) as core:
+        verify(newest.parent)
+    (row, *_) = checkpoints.survey(str(run_dir))["checkpoints"]
+    assert not row["valid"]
+    assert str(core.value) == f"{newest.parent.name}: {row['problem']}"
 
 
 def test_no_checkpoint_yet_skips(tmp_path: Path) -> None:

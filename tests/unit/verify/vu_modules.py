@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-LIBRARY = Path(__file__).resolve().parents[3] / "roles" / "node_checks" / "library"
+from nodeprep import paths
+
+REPO = Path(__file__).resolve().parents[3]
+LIBRARY = REPO / "plugins" / "modules"
+# The modules import the collection's module_utils as Ansible does on a node:
+# ansible_collections.nodeprep.hardening.plugins.module_utils.* (a namespace package).
+_COLLECTIONS = str(paths.link_collection(REPO / ".ansible" / "collections"))
+if _COLLECTIONS not in sys.path:
+    sys.path.append(_COLLECTIONS)
 
 
 def load(name: str) -> ModuleType:

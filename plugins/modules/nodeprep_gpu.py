@@ -33,9 +33,12 @@ options:
     type: int
     default: 0
   max_temp_c:
+    description: Highest GPU temperature in degrees Celsius; C(gpu.temperature) fails above it.
     type: float
     default: 85
   max_ecc_uncorrected:
+    description:
+      - Most volatile uncorrected ECC errors a GPU may show; C(gpu.ecc) fails above it.
     type: int
     default: 0
   critical_xids:
@@ -43,6 +46,94 @@ options:
     type: list
     elements: int
     default: [48, 63, 64, 74, 79, 92, 94, 95, 119, 120]
+notes:
+  - Supports check mode; the module only reads.
+  - The kernel log is read with C(dmesg); where that is not allowed, C(gpu.xid) skips.
+author: nodeprep developers
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs through NVML and the kernel log.
+  nodeprep.hardening.nodeprep_gpu:
+    nvml_paths: [/opt/nodeprep/heartbeat-venv]
+    expected_count: 8
+    max_temp_c: 85
+  register: gpu
+  timeout: 60
+  check_mode: false
+
+- name: Report the GPU checks.
+  nodeprep.hardening.nodeprep_check:
+    check: "{{ item.check }}"
+    passed: "{{ item.passed }}"
+    since: "{{ gpu.started }}"
+    skip: "{{ item.skip or omit }}"
+    detail: "{{ item.detail or item.skip }}"
+  loop: "{{ gpu.checks }}"
+"""
+
+RETURN = r"""
+started:
+  description: Epoch seconds when the module started, for the I(since) option of nodeprep_check.
+  returned: always
+  type: float
+  sample: 1718000000.123
+reading:
+  description:
+    - What NVML reported. Holds only C(missing) when pynvml or the driver is absent, only
+      C(error) when NVML failed otherwise, and C(driver) and C(gpus) when it answered.
+  returned: always
+  type: dict
+  contains:
+    missing:
+      description: Why there is nothing to read (no pynvml, or no NVIDIA driver).
+      type: str
+    error:
+      description: The NVML error that stopped the reading.
+      type: str
+    driver:
+      description: The NVIDIA driver version.
+      type: str
+    gpus:
+      description:
+        - One entry per GPU with C(index), C(name), C(temperature_c) and
+          C(ecc_uncorrected) (null where ECC is off or not supported).
+      type: list
+      elements: dict
+  sample:
+    driver: "550.54.15"
+    gpus:
+      - {index: 0, name: NVIDIA H100 80GB HBM3, temperature_c: 34.0, ecc_uncorrected: 0}
+checks:
+  description:
+    - The verdicts of C(gpu.driver), C(gpu.count), C(gpu.temperature), C(gpu.ecc) and
+      C(gpu.xid), in that order. Without a reading, C(gpu.driver) skips when the library or
+      driver is missing and fails on an NVML error, and the other four skip.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    check:
+      description: The check name.
+      type: str
+    passed:
+      description: Whether the GPUs meet the expectation.
+      type: bool
+    detail:
+      description: What was seen, and on failure what to do about it.
+      type: str
+    skip:
+      description: Why the check does not apply, or an empty string.
+      type: str
+  sample:
+    - check: gpu.driver
+      passed: true
+      detail: NVIDIA driver 550.54.15
+      skip: ""
+    - check: gpu.count
+      passed: true
+      detail: 8 GPU(s) (NVIDIA H100 80GB HBM3), expected 8
+      skip: ""
 """
 
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")

@@ -48,6 +48,23 @@ options:
   timeout:
     description: The probe's task timeout in seconds, named in the timed-out detail.
     type: int
+author: nodeprep developers
+"""
+
+EXAMPLES = r"""
+- name: Report whether tmux answers with the expected version.
+  nodeprep.hardening.nodeprep_check:
+    check: tmux.version
+    passed: "{{ tmux_version.rc == 0 and tmux_version.stdout == 'tmux 3.5a' }}"
+    detail: "tmux -V printed {{ tmux_version.stdout }}, expected tmux 3.5a"
+    since: "{{ verify_since }}"
+
+- name: Report a probe that failed or timed out (in a rescue section).
+  nodeprep.hardening.nodeprep_check:
+    check: preflight.disk
+    error: "{{ ansible_failed_result }}"
+    timeout: 60
+    detail: ""
 """
 
 RETURN = r"""
@@ -55,5 +72,27 @@ nodeprep_check:
   description: The check result, collected by the nodeprep runner into the verify report.
   returned: always
   type: dict
+  contains:
+    check:
+      description: The check name, as given in I(check).
+      type: str
+    status:
+      description: C(pass), C(fail) or C(skip).
+      type: str
+    detail:
+      description:
+        - The I(detail) given; for a skip, the I(skip) reason instead; when I(error) is set,
+          a sentence built from the failed or timed-out probe.
+      type: str
+    seconds:
+      description: Seconds from I(since) until the check was recorded; 0 without I(since).
+      type: float
   sample: {check: tmux.version, status: pass, detail: "tmux 3.5a from /opt/tmux", seconds: 0.4}
+msg:
+  description:
+    - The check name and its status, joined by a colon and a space. When I(strict) is set
+      and the check fails, a sentence with the check name and its detail instead.
+  returned: always
+  type: str
+  sample: "tmux.version: pass"
 """

@@ -25,7 +25,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 
 def describe_error(error: object, timeout: object) -> str:
     """One sentence for a probe that failed or hung instead of producing evidence."""
-    result = error if isinstance(error, dict) else {"msg": str(error)}
+    result: dict[str, Any] = error if isinstance(error, dict) else {"msg": str(error)}
     msg = str(result.get("msg") or result.get("stderr") or "no message").strip()
     if result.get("timedout") or "time frame" in msg or "timed out" in msg.lower():
         seconds = timeout or (result.get("timedout") or {}).get("period", "?")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -20,11 +21,114 @@ description:
     all directories, returned under C(checks) for C(nodeprep_check) to report.
 options:
   paths:
-    description: Directories, each a mapping with C(path) and optional C(min_size_gb) and
-      C(min_free_gb).
+    description:
+      - Directories to probe, each a mapping with C(path) (required), and optionally
+        C(min_size_gb) (the filesystem must be at least this big, in GiB) and
+        C(min_free_gb) (at least this much must be free, in GiB; 0 when left out).
+      - C(disk.size) is skipped when no item sets C(min_size_gb).
     type: list
     elements: dict
     required: true
+notes:
+  - Supports check mode. The write probe still runs then; its file is always removed.
+author: nodeprep developers
+"""
+
+EXAMPLES = r"""
+- name: Measure each directory's filesystem and write there with fsync.
+  nodeprep.hardening.nodeprep_disk:
+    paths:
+      - {path: /data, min_size_gb: 500, min_free_gb: 100}
+      - {path: /scratch, min_free_gb: 20}
+  register: disk
+  check_mode: false
+
+- name: Report disk.size, disk.free and disk.writable.
+  nodeprep.hardening.nodeprep_check:
+    check: "{{ item.check }}"
+    passed: "{{ item.passed }}"
+    since: "{{ disk.started }}"
+    skip: "{{ item.skip or omit }}"
+    detail: "{{ item.detail or item.skip }}"
+  loop: "{{ disk.checks }}"
+"""
+
+RETURN = r"""
+started:
+  description: Epoch seconds when the module started, for the I(since) option of nodeprep_check.
+  returned: always
+  type: float
+  sample: 1718000000.123
+disk:
+  description: The evidence for each item of I(paths), in the same order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The directory probed.
+      type: str
+    exists:
+      description: Whether the path is a directory.
+      type: bool
+    error:
+      description: Why nothing was measured. Only when the path is not a directory.
+      type: str
+    size_bytes:
+      description: Size of the filesystem holding the directory. Only when it exists.
+      type: int
+    free_bytes:
+      description: Bytes available to unprivileged users there. Only when it exists.
+      type: int
+    writable:
+      description: Whether the durable write and read-back succeeded. Only when it exists.
+      type: bool
+    fsync_seconds:
+      description: Seconds the write, both fsyncs and the read-back took. Only when writable.
+      type: float
+    write_error:
+      description: Why the durable write failed. Only when not writable.
+      type: str
+  sample:
+    - path: /data
+      exists: true
+      size_bytes: 536870912000
+      free_bytes: 322122547200
+      writable: true
+      fsync_seconds: 0.0042
+checks:
+  description:
+    - The verdicts of C(disk.size), C(disk.free) and C(disk.writable), in that order. Each
+      check fails when any directory fails it.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    check:
+      description: The check name.
+      type: str
+    passed:
+      description: Whether every directory meets the expectation.
+      type: bool
+    detail:
+      description: The failing directories in words, or all of them when none fails.
+      type: str
+    skip:
+      description: Why the check does not apply, or an empty string.
+      type: str
+  sample:
+    - check: disk.size
+      passed: true
+      detail: /data is on a 500.00 GiB filesystem, expected >= 500 GiB
+      skip: ""
+    - check: disk.free
+      passed: true
+      detail: /data has 300.00 GiB free, need 100 GiB
+      skip: ""
+    - check: disk.writable
+      passed: true
+      detail: /data took a write with fsync in 0.0042 s
+      skip: ""
 """
 
 _PAYLOAD = b"nodeprep verify write probe\n" * 1024
@@ -75,12 +179,12 @@ def durable_write(path: str) -> dict[str, object]:
 _GIB = 1 << 30
 
 
-def judge(
-    items: list[dict[str, object]], found: list[dict[str, object]]
-) -> list[dict[str, object]]:
+def judge(items: list[dict[str, Any]], found: list[dict[str, Any]]) -> list[dict[str, object]]:
     """disk.size, disk.free and disk.writable over every directory: each fails if any path does."""
-    size, free, write = [], [], []
-    for item, seen in zip(items, found):  # noqa: B905 - nodes may run Python 3.8
+    size: list[tuple[bool, str]] = []
+    free: list[tuple[bool, str]] = []
+    write: list[tuple[bool, str]] = []
+    for item, seen in zip(items, found):
         path = str(item["path"])
         if not seen["exists"]:
             problem = (True, f"{path} does not exist; create it or fix node_checks_disk_paths")
