@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import glob
-import os
 import re
 import subprocess
-import sys
 import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+
+# The heartbeat's own NVML reading: the same file as nodeprep.heartbeat.nvml.
+from ansible_collections.nodeprep.hardening.plugins.module_utils import nvml
 
 DOCUMENTATION = r"""
 module: nodeprep_gpu
@@ -141,55 +141,34 @@ _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
 
 def load_nvml(paths: list[str]) -> tuple[Any, str | None]:
     """pynvml, or None and why; the given venvs are searched after the node's own Python."""
-    for path in paths:
-        sys.path.extend(glob.glob(os.path.join(path, "lib", "python3*", "site-packages")))
-        sys.path.append(path)
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py (pynvml) is not importable on this node"
-    return pynvml, None
+    nv, missing = nvml.load(paths)
+    return nv, (None if nv is not None else f"{missing} on this node")
 
 
 def read_gpus(nv: Any) -> dict[str, Any]:
     """Driver, and per GPU name, temperature and uncorrected ECC (None when not supported)."""
+    problem = nvml.init(nv)
+    if problem == nvml.NO_DRIVER:
+        return {"missing": f"{problem} (libnvidia-ml not found or driver not loaded)"}
+    if problem is not None:
+        return {"error": problem}
     try:
-        nv.nvmlInit()
-    except nv.NVMLError as err:
-        if type(err).__name__ in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded"):
-            return {"missing": "no NVIDIA driver (libnvidia-ml not found or driver not loaded)"}
-        return {"error": f"NVML init failed: {err}"}
-    try:
-        driver = nv.nvmlSystemGetDriverVersion()
         gpus = []
-        for index in range(int(nv.nvmlDeviceGetCount())):
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
-            temperature = nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+        for index, handle in enumerate(nvml.handles(nv)):
+            found = nvml.read(nv, handle)
             gpus.append(
                 {
                     "index": index,
-                    "name": _text(nv.nvmlDeviceGetName(handle)),
-                    "temperature_c": float(temperature),
-                    "ecc_uncorrected": _ecc(nv, handle),
+                    "name": nvml.text(nv.nvmlDeviceGetName(handle)),
+                    "temperature_c": found["temperature_c"],
+                    "ecc_uncorrected": found["ecc_uncorrected"],
                 }
             )
-        return {"driver": _text(driver), "gpus": gpus}
+        return {"driver": nvml.text(nv.nvmlSystemGetDriverVersion()), "gpus": gpus}
     except nv.NVMLError as err:
         return {"error": f"NVML read failed: {err}"}
     finally:
         nv.nvmlShutdown()
-
-
-def _ecc(nv: Any, handle: Any) -> int | None:
-    try:
-        kind, counter = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
-        return int(nv.nvmlDeviceGetTotalEccErrors(handle, kind, counter))
-    except nv.NVMLError:
-        return None  # ECC off or not supported on this board: nothing to judge
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def xids_from_log(text: str) -> list[tuple[str, int]]:
@@ -319,7 +298,7 @@ def main() -> None:
             "critical_xids": {
                 "type": "list",
                 "elements": "int",
-                "default": [48, 63, 64, 74, 79, 92, 94, 95, 119, 120],
+                "default": sorted(nvml.FATAL_XIDS),
             },
         },
         supports_check_mode=True,

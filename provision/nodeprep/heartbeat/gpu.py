@@ -11,22 +11,18 @@ import logging
 import time
 from typing import Any
 
+from nodeprep.heartbeat import nvml
 from nodeprep.heartbeat.config import ProbeConfig
 from nodeprep.heartbeat.probes import Outcome
 
 log = logging.getLogger(__name__)
 # XIDs after which the GPU cannot be trusted: an immediate trigger, not a failure count.
-FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
-_NO_DRIVER_ERRORS = ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
+FATAL_XIDS = nvml.FATAL_XIDS
 
 
 def load_nvml() -> tuple[Any | None, str | None]:
     """The real ``pynvml`` module, or None with the reason it is missing."""
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py not installed"
-    return pynvml, None
+    return nvml.load()
 
 
 class GpuCheck:
@@ -44,16 +40,12 @@ class GpuCheck:
     def _start(self) -> str | None:
         """Initialise NVML; return a skip reason when there is nothing to check."""
         nv = self.nvml
-        try:
-            nv.nvmlInit()
-        except nv.NVMLError as err:
-            if type(err).__name__ in _NO_DRIVER_ERRORS:
-                return "no NVIDIA driver"
-            return f"NVML init failed: {err}"
-        count = int(nv.nvmlDeviceGetCount())
-        if count == 0:
+        problem = nvml.init(nv)
+        if problem is not None:
+            return problem
+        self._handles = nvml.handles(nv)
+        if not self._handles:
             return "no NVIDIA GPU"
-        self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         try:
             self._events = nv.nvmlEventSetCreate()
             for handle in self._handles:
@@ -85,11 +77,10 @@ class GpuCheck:
         return Outcome(True, f"{len(self._handles)} GPU(s) within limits", latency)
 
     def _read(self, gpu: str, handle: Any) -> list[str]:
-        nv, cfg = self.nvml, self.cfg
-        temp = float(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
-        mem = nv.nvmlDeviceGetMemoryInfo(handle)
-        mem_ratio = float(mem.used) / float(mem.total) if mem.total else 0.0
-        util = float(nv.nvmlDeviceGetUtilizationRates(handle).gpu) / 100.0
+        cfg = self.cfg
+        found = nvml.read(self.nvml, handle)
+        temp, mem_ratio = found["temperature_c"], found["memory_used_ratio"]
+        util, ecc = found["utilization_ratio"], found["ecc_uncorrected"]
         reading = {
             "temperature_celsius": temp,
             "memory_used_ratio": mem_ratio,
@@ -102,15 +93,7 @@ class GpuCheck:
             problems.append(f"gpu{gpu} memory {mem_ratio:.3f} used > {cfg.max_memory_ratio:g}")
         if cfg.min_utilization_ratio is not None and util < cfg.min_utilization_ratio:
             problems.append(f"gpu{gpu} utilisation {util:.2f} < {cfg.min_utilization_ratio:g}")
-        try:
-            ecc = int(
-                nv.nvmlDeviceGetTotalEccErrors(
-                    handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
-                )
-            )
-        except nv.NVMLError:
-            ecc = None  # ECC off or not supported on this board: nothing to judge
-        if ecc is not None:
+        if ecc is not None:  # None: ECC off or not supported on this board, nothing to judge
             reading["ecc_uncorrected_errors"] = float(ecc)
             if ecc > cfg.max_ecc_uncorrected:
                 problems.append(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_verify_nvml import FakeNvml
 from vu_modules import load
+
+from fake_nvml import FakeGpu, FakeNvml
 
 gpu = load("nodeprep_gpu")
 LIMITS: dict[str, Any] = {
@@ -17,13 +20,20 @@ LIMITS: dict[str, Any] = {
 }
 
 
+def fake(temps: list[float], ecc: list[int | None], driver: bool = True) -> FakeNvml:
+    gpus = [
+        FakeGpu(temperature_c=int(t), ecc_uncorrected=e) for t, e in zip(temps, ecc, strict=True)
+    ]
+    return FakeNvml(gpus, driver=driver)
+
+
 def verdicts(nv: Any, log: str | None = "", limits: dict[str, Any] | None = None) -> Any:
     found = gpu.evaluate(gpu.read_gpus(nv), log, "dmesg refused", limits or LIMITS)
     return {c["check"]: c for c in found}
 
 
 def test_healthy_gpus_pass() -> None:
-    found = verdicts(FakeNvml(temps=[40, 55], ecc=[0, 0]))
+    found = verdicts(fake(temps=[40, 55], ecc=[0, 0]))
     assert {k: (v["passed"], v["skip"]) for k, v in found.items()} == {
         "gpu.driver": (True, ""),
         "gpu.count": (True, ""),
@@ -37,7 +47,7 @@ def test_healthy_gpus_pass() -> None:
 
 def test_thresholds_fail_with_detail() -> None:
     log = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
-    found = verdicts(FakeNvml(temps=[40, 91], ecc=[0, 3]), log, {**LIMITS, "expected_count": 4})
+    found = verdicts(fake(temps=[40, 91], ecc=[0, 3]), log, {**LIMITS, "expected_count": 4})
     assert not found["gpu.count"]["passed"]
     assert "gpu1 91 C above 85 C" in found["gpu.temperature"]["detail"]
     assert "gpu1 3 > 0" in found["gpu.ecc"]["detail"]
@@ -45,19 +55,29 @@ def test_thresholds_fail_with_detail() -> None:
 
 
 def test_non_critical_xid_passes_and_unreadable_log_skips() -> None:
-    found = verdicts(FakeNvml(temps=[40], ecc=[0]), "NVRM: Xid (PCI:0000:3b:00): 13, Graphics\n")
+    found = verdicts(fake(temps=[40], ecc=[0]), "NVRM: Xid (PCI:0000:3b:00): 13, Graphics\n")
     assert found["gpu.xid"]["passed"]
     assert "1 XID line(s)" in found["gpu.xid"]["detail"]
-    assert verdicts(FakeNvml(temps=[40], ecc=[0]), None)["gpu.xid"]["skip"] == "dmesg refused"
+    assert verdicts(fake(temps=[40], ecc=[0]), None)["gpu.xid"]["skip"] == "dmesg refused"
 
 
 def test_ecc_unsupported_skips_with_reason() -> None:
-    found = verdicts(FakeNvml(temps=[40], ecc=[None]))
+    found = verdicts(fake(temps=[40], ecc=[None]))
     assert found["gpu.ecc"]["skip"] == "ECC is off or not supported on these GPUs"
 
 
+def test_verify_and_the_heartbeat_read_gpus_with_one_implementation() -> None:
+    from nodeprep.heartbeat import gpu as heartbeat_gpu
+    from nodeprep.heartbeat import nvml
+
+    ours = Path(inspect.getfile(gpu.nvml)).resolve()
+    assert ours == Path(inspect.getfile(nvml)).resolve()
+    assert heartbeat_gpu.nvml is nvml
+    assert gpu.nvml.FATAL_XIDS == heartbeat_gpu.FATAL_XIDS
+
+
 def test_no_driver_skips_every_gpu_check_with_the_reason() -> None:
-    found = verdicts(FakeNvml(temps=[], ecc=[], no_driver=True))
+    found = verdicts(fake(temps=[], ecc=[], driver=False))
     assert all(v["skip"] for v in found.values())
     assert "no NVIDIA driver" in found["gpu.driver"]["skip"]
 

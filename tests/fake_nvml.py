@@ -1,5 +1,8 @@
 # FAKE: stands in for pynvml at the NVML boundary, because no NVIDIA GPU or driver exists here.
-"""Implements only the pynvml calls nodeprep.heartbeat.gpu makes, with settable readings.
+"""Only the pynvml calls nodeprep's NVML reading makes, with settable readings.
+
+One stand-in for both users of plugins/module_utils/nvml.py: the heartbeat's GPU probe
+(nodeprep.heartbeat.gpu) and verify's nodeprep_gpu module.
 
 The real module is exercised too: on a machine without a driver, real pynvml must make the
 GPU check report "skipped: no NVIDIA driver" (see test_hb_gpu.py), and on a device
@@ -52,11 +55,21 @@ class FakeNvml:
         self.gpus = gpus
         self.driver = driver
         self.inits = 0
+        self.shut = False
 
     def nvmlInit(self) -> None:
         if not self.driver:
             raise NVMLError_DriverNotLoaded("Driver Not Loaded")
         self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "570.86.15"
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
+        return b"NVIDIA H100 80GB HBM3"
 
     def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)
