@@ -74,3 +74,26 @@ def read(nv: Any, handle: Any) -> dict[str, Any]:
         "utilization_ratio": float(nv.nvmlDeviceGetUtilizationRates(handle).gpu) / 100.0,
         "ecc_uncorrected": ecc_uncorrected(nv, handle),
     }
+
+
+def nvidia_devices(root: str = "/") -> list[str]:
+    """The node's NVIDIA GPUs as the kernel sees them, with or without a driver.
+
+    PCI display controllers of vendor 0x10de (``/sys/bus/pci/devices/*/vendor`` and
+    ``class`` 0x03xxxx; a GPU's audio function does not count) and ``/dev/nvidia<N>``
+    device nodes. Empty on a node without NVIDIA GPUs.
+    """
+    found = []
+    for device in sorted(glob.glob(os.path.join(root, "sys/bus/pci/devices/*"))):
+        try:
+            with open(os.path.join(device, "vendor")) as handle:
+                vendor = handle.read().strip()
+            with open(os.path.join(device, "class")) as handle:
+                klass = handle.read().strip()
+        except OSError:
+            continue
+        if vendor.lower() == "0x10de" and klass.lower().startswith("0x03"):
+            found.append(f"PCI {os.path.basename(device)}")
+    nodes = glob.glob(os.path.join(root, "dev/nvidia[0-9]*"))
+    found += sorted(os.path.basename(node) for node in nodes)
+    return found

@@ -171,6 +171,21 @@ def read_gpus(nv: Any) -> dict[str, Any]:
         nv.nvmlShutdown()
 
 
+def account_for_devices(reading: dict[str, Any], devices: list[str]) -> dict[str, Any]:
+    """Without NVML, no NVIDIA device is a skip; NVIDIA devices NVML cannot read are a fail."""
+    if "gpus" in reading:
+        return reading
+    if not devices:
+        return {"missing": "no NVIDIA GPU on this node"}
+    why = str(reading.get("missing") or reading.get("error"))
+    shown = ", ".join(devices[:4]) + (f" and {len(devices) - 4} more" if len(devices) > 4 else "")
+    return {
+        "error": f"this node has NVIDIA GPU(s) ({shown}) but NVML cannot read them: {why}; "
+        "install the NVIDIA driver and nvidia-ml-py (the heartbeat role's venv has it with "
+        "GPU probing on), or set node_checks_gpu_nvml_paths to a venv that has it"
+    }
+
+
 def xids_from_log(text: str) -> list[tuple[str, int]]:
     """(PCI address, XID code) for every NVRM XID line of a kernel log."""
     return [(m.group(1).split(",")[0], int(m.group(2))) for m in _XID.finditer(text)]
@@ -305,6 +320,7 @@ def main() -> None:
     )
     nv, missing = load_nvml(module.params["nvml_paths"])
     reading = {"missing": missing} if nv is None else read_gpus(nv)
+    reading = account_for_devices(reading, nvml.nvidia_devices())
     log, log_problem = kernel_log() if "gpus" in reading else (None, None)
     checks = evaluate(reading, log, log_problem, module.params)
     module.exit_json(changed=False, started=started, reading=reading, checks=checks)

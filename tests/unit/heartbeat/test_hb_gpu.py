@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from fake_nvml import FakeGpu, FakeNvml
 from hb_support import RunningDaemon, wait_for
 
+from fake_nvml import FakeGpu, FakeNvml
 from nodeprep.heartbeat import metrics
 from nodeprep.heartbeat.config import ProbeConfig, parse
 from nodeprep.heartbeat.daemon import Daemon

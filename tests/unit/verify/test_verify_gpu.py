@@ -89,3 +89,53 @@ def test_real_pynvml_without_driver_skips() -> None:
         pytest.skip("this machine has an NVIDIA driver; the device check covers it")
     found = {c["check"]: c for c in gpu.evaluate(reading, None, None, LIMITS)}
     assert found["gpu.driver"]["skip"].startswith("no NVIDIA driver")
+
+
+def sysfs(root: Path, devices: dict[str, tuple[str, str]], nodes: tuple[str, ...] = ()) -> Path:
+    """A stand-in root with /sys/bus/pci/devices/<addr>/{vendor,class} and /dev nodes."""
+    for address, (vendor, klass) in devices.items():
+        device = root / "sys/bus/pci/devices" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(klass + "\n")
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    for node in nodes:
+        (root / "dev" / node).touch()
+    return root
+
+
+def test_nvidia_gpus_are_found_by_pci_vendor_and_device_nodes(tmp_path: Path) -> None:
+    root = sysfs(
+        tmp_path,
+        {
+            "0000:3b:00.0": ("0x10de", "0x030200"),  # an H100: 3D controller
+            "0000:3b:00.1": ("0x10de", "0x040300"),  # a GPU's audio function: not a GPU
+            "0000:00:02.0": ("0x8086", "0x030000"),  # another vendor's display
+        },
+        nodes=("nvidia0", "nvidiactl", "nvidia-uvm"),
+    )
+    assert gpu.nvml.nvidia_devices(str(root)) == ["PCI 0000:3b:00.0", "nvidia0"]
+    assert gpu.nvml.nvidia_devices(str(sysfs(tmp_path / "none", {}))) == []
+
+
+def test_no_nvml_and_no_nvidia_device_skips_as_no_gpu() -> None:
+    reading = gpu.account_for_devices({"missing": "nvidia-ml-py not installed on this node"}, [])
+    found = {c["check"]: c for c in gpu.evaluate(reading, None, None, LIMITS)}
+    assert found["gpu.driver"]["skip"] == "no NVIDIA GPU on this node"
+    assert all(c["skip"] for c in found.values())
+
+
+def test_nvidia_devices_without_nvml_fail_naming_what_is_missing() -> None:
+    missing = {"missing": "nvidia-ml-py not installed on this node"}
+    reading = gpu.account_for_devices(missing, ["PCI 0000:3b:00.0", "nvidia0"])
+    found = {c["check"]: c for c in gpu.evaluate(reading, None, None, LIMITS)}
+    driver = found["gpu.driver"]
+    assert not driver["passed"]
+    assert driver["skip"] == ""
+    assert driver["detail"].startswith(
+        "this node has NVIDIA GPU(s) (PCI 0000:3b:00.0, nvidia0) but NVML cannot read them: "
+        "nvidia-ml-py not installed on this node; install the NVIDIA driver and nvidia-ml-py"
+    )
+    # With NVML readable the devices change nothing.
+    healthy = gpu.read_gpus(fake(temps=[40], ecc=[0]))
+    assert gpu.account_for_devices(healthy, ["nvidia0"]) == healthy
