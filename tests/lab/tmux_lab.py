@@ -39,11 +39,6 @@ class Run:
     result: runner.RunResult
     outcomes: list[tuple[str, str, str]] = field(default_factory=list)  # host, task, outcome
 
-    def outcome(self, task: str, host: str | None = None) -> str | None:
-        """The last outcome of a task (on one host, if named), or None when it never ran."""
-        found = [o for h, name, o in self.outcomes if name == task and host in (None, h)]
-        return found[-1] if found else None
-
     def changed_on(self, host: str) -> int:
         return self.result.recap[host].changed
 
