@@ -1,0 +1,221 @@
+#!/usr/bin/python
+"""Judge the running heartbeat watchdog for nodeprep verify: service, watchdog, metrics, probes."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: heartbeat_status
+short_description: Judge the heartbeat watchdog on a node for nodeprep verify.
+description:
+  - Reads the service's state from systemd (C(systemctl show)), the time of its last
+    watchdog keep-alive, and the Prometheus textfile the daemon writes, and judges them
+    against what the heartbeat role recorded in its applied marker.
+  - Returns four verdicts under C(checks) for C(nodeprep_check) to report -
+    C(heartbeat.service) (the unit is active), C(heartbeat.watchdog) (C(WatchdogSec) as
+    provisioned, a keep-alive within it, no automatic restart), C(heartbeat.metrics) (the
+    textfile was rewritten within three metrics intervals, at least 30 s) and
+    C(heartbeat.probes) (no probe in the failed state).
+  - Reads only; never changes the node.
+options:
+  service:
+    description: The systemd unit of the watchdog.
+    type: str
+    default: nodeprep-heartbeat.service
+  metrics_path:
+    description: The Prometheus textfile the daemon rewrites.
+    type: path
+    required: true
+  metrics_interval_s:
+    description: How often the daemon rewrites the textfile, in seconds.
+    type: float
+    required: true
+  watchdog_sec:
+    description: The C(WatchdogSec) the role set on the unit, in seconds.
+    type: float
+    required: true
+  probes:
+    description: The names of the configured probes, for the detail of C(heartbeat.probes).
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode.
+author: nodeprep developers
+"""
+
+EXAMPLES = r"""
+- name: Judge the watchdog by the settings recorded at its last converge.
+  nodeprep.hardening.heartbeat_status:
+    service: "{{ marker.data.service }}"
+    metrics_path: "{{ marker.data.metrics_path }}"
+    metrics_interval_s: "{{ marker.data.metrics_interval_s }}"
+    watchdog_sec: "{{ marker.data.watchdog_sec }}"
+    probes: "{{ marker.data.probes }}"
+  register: heartbeat
+  check_mode: false
+"""
+
+RETURN = r"""
+started:
+  description: Epoch seconds when the module started, for the I(since) option of nodeprep_check.
+  returned: always
+  type: float
+unit:
+  description: The unit properties read from systemd (ActiveState, SubState, NRestarts, ...).
+  returned: always
+  type: dict
+checks:
+  description: One verdict per check, each with C(check), C(passed) and C(detail).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - check: heartbeat.service
+      passed: true
+      detail: nodeprep-heartbeat.service is active (running)
+"""
+
+PROPERTIES = (
+    "ActiveState",
+    "SubState",
+    "NRestarts",
+    "WatchdogUSec",
+    "WatchdogTimestampMonotonic",
+)
+_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|w)?(?=\s|$|\d)")
+_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0,
+           "w": 604800.0}  # fmt: skip
+_FAILED_PROBE = re.compile(r'^nodeprep_heartbeat_probe_state\{probe="([^"]+)",state="failed"\} 1$')
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """``systemctl show`` output (KEY=VALUE lines) as a mapping."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            found[key] = value
+    return found
+
+
+def timespan_s(text: str) -> float:
+    """A systemd time span (``30s``, ``1min 30s``, ``500ms``, ``0``, ``infinity``) in seconds."""
+    text = text.strip()
+    if text in ("", "0", "infinity"):
+        return 0.0
+    return sum(float(n) * _UNIT_S[unit or "s"] for n, unit in _SPAN.findall(text))
+
+
+def failed_probes(metrics: str) -> list[str]:
+    """Probes the textfile shows in the failed state, in order, each once."""
+    names: list[str] = []
+    for line in metrics.splitlines():
+        match = _FAILED_PROBE.match(line.strip())
+        if match and match.group(1) not in names:
+            names.append(match.group(1))
+    return names
+
+
+def judge(
+    params: dict[str, Any],
+    unit: dict[str, str],
+    uptime_s: float,
+    metrics_mtime: float | None,
+    now: float,
+    metrics: str,
+) -> list[dict[str, Any]]:
+    """The four verdicts from what was read; pure, so the tests feed it any node's state."""
+    service = params["service"]
+    active, sub = unit.get("ActiveState", "unknown"), unit.get("SubState", "unknown")
+    restarts = int(unit.get("NRestarts", "0") or 0)
+    watchdog_s = timespan_s(unit.get("WatchdogUSec", "0"))
+    pinged = int(unit.get("WatchdogTimestampMonotonic", "0") or 0)
+    ping_age = uptime_s - pinged / 1e6 if pinged > 0 else -1.0
+    provisioned = float(params["watchdog_sec"])
+    watchdog_ok = watchdog_s == provisioned and restarts == 0 and 0 <= ping_age < watchdog_s
+    path = params["metrics_path"]
+    max_age = max(3 * float(params["metrics_interval_s"]), 30.0)
+    if metrics_mtime is None:
+        metrics_ok, said = (
+            False,
+            "is missing; the watchdog is not writing metrics: check the service",
+        )
+    elif now < metrics_mtime:
+        metrics_ok = False
+        said = (
+            f"was written {metrics_mtime - now:.0f} s in the future by this node's clock: "
+            "was the clock stepped back?"
+        )
+    else:
+        age = now - metrics_mtime
+        metrics_ok = age <= max_age
+        said = f"was written {age:.1f} s ago (limit {max_age:g} s)" + (
+            "" if metrics_ok else "; the watchdog is not writing metrics: check the service"
+        )
+    failing = failed_probes(metrics)
+    if failing:
+        probes = f"failing probe(s): {', '.join(failing)}; see journalctl -u {service}"
+    elif not metrics:
+        probes = "no metrics to read the probes from"
+    else:
+        probes = f"no failing probe among {', '.join(params['probes']) or 'no probes'}"
+    restarted = (
+        "" if restarts == 0
+        else f": the daemon missed keep-alives or crashed; see journalctl -u {service}"
+    )  # fmt: skip
+    return [
+        {
+            "check": "heartbeat.service",
+            "passed": active == "active",
+            "detail": f"{service} is {active} ({sub})"
+            + ("" if active == "active" else f"; start it: systemctl start {service}"),
+        },
+        {
+            "check": "heartbeat.watchdog",
+            "passed": watchdog_ok,
+            "detail": f"WatchdogSec {watchdog_s:g} s (provisioned {provisioned:g} s), last "
+            f"keep-alive {ping_age:.1f} s ago, {restarts} automatic restart(s){restarted}",
+        },
+        {"check": "heartbeat.metrics", "passed": metrics_ok, "detail": f"{path} {said}"},
+        {"check": "heartbeat.probes", "passed": bool(metrics) and not failing, "detail": probes},
+    ]
+
+
+def main() -> None:
+    started = time.time()
+    module = AnsibleModule(
+        argument_spec={
+            "service": {"type": "str", "default": "nodeprep-heartbeat.service"},
+            "metrics_path": {"type": "path", "required": True},
+            "metrics_interval_s": {"type": "float", "required": True},
+            "watchdog_sec": {"type": "float", "required": True},
+            "probes": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    args = ["systemctl", "show", params["service"]] + [f"--property={p}" for p in PROPERTIES]
+    rc, out, err = module.run_command(args)
+    if rc != 0:
+        module.fail_json(msg=f"`systemctl show {params['service']}` failed: {err.strip()}")
+    unit = parse_show(out)
+    uptime = time.monotonic()  # CLOCK_MONOTONIC, the clock of WatchdogTimestampMonotonic
+    try:
+        mtime: float | None = os.stat(params["metrics_path"]).st_mtime
+        with open(params["metrics_path"], encoding="utf-8", errors="replace") as handle:
+            metrics = handle.read()
+    except OSError:
+        mtime, metrics = None, ""
+    checks = judge(params, unit, uptime, mtime, time.time(), metrics)
+    module.exit_json(changed=False, started=started, unit=unit, checks=checks)
+
+
+if __name__ == "__main__":
+    main()
