@@ -147,6 +147,7 @@ import re
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils import bonding
 
 MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$", re.IGNORECASE)
 SYS_NET = "/sys/class/net"
@@ -246,18 +247,8 @@ def lifeline_reasons(
 
 
 def live_bond(bond: str) -> dict[str, Any]:
-    """Mode, MII interval, ports and active port as the kernel reports them now."""
-    text = read(f"/proc/net/bonding/{bond}")
-    if not text:
-        return {"exists": False, "members": []}
-    mode = re.search(r"^Bonding Mode: (.*)$", text, re.MULTILINE)
-    active = re.search(r"^Currently Active Slave: (\S+)", text, re.MULTILINE)
-    return {
-        "exists": True,
-        "mode": mode.group(1) if mode else None,
-        "members": re.findall(r"^Slave Interface: (\S+)", text, re.MULTILINE),
-        "active": active.group(1) if active else None,
-    }
+    """Mode, MII interval, members (and which are up) and the active one, as the kernel says."""
+    return bonding.parse(read(f"/proc/net/bonding/{bond}"))
 
 
 def profile_names(module: AnsibleModule) -> list[str]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-LIBRARY = Path(__file__).resolve().parents[2] / "plugins" / "modules"
+from collection_plugins import load
+
 PROC_BOND = """Ethernet Channel Bonding Driver: v6.12.117+deb13-amd64
 
 Bonding Mode: fault-tolerance (active-backup)
@@ -29,12 +28,7 @@ Link Failure Count: 0
 
 @pytest.fixture
 def plan() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nic_bond_plan", LIBRARY / "nic_bond_plan.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("nic_bond_plan")
 
 
 def test_live_bond_reads_mode_members_and_active(
@@ -44,10 +38,13 @@ def test_live_bond_reads_mode_members_and_active(
     assert plan.live_bond("bond0") == {
         "exists": True,
         "mode": "fault-tolerance (active-backup)",
+        "miimon": "100",
         "members": ["ens4", "ens5"],
+        "up": ["ens5"],
         "active": "ens5",
     }
-    assert plan.live_bond("bond1") == {"exists": False, "members": []}
+    assert plan.live_bond("bond1")["exists"] is False
+    assert plan.live_bond("bond1")["members"] == []
 
 
 def test_member_carries_the_lifeline_directly_or_through_its_bond(

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vu_modules import load
 
+from collection_plugins import load
 from fake_nvml import FakeGpu, FakeNvml
 
 gpu = load("nodeprep_gpu")

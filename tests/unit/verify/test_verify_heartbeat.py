@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from vu_modules import load
+
+from collection_plugins import load
 
 status = load("heartbeat_status")
 PARAMS: dict[str, Any] = {

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from vu_modules import load
 
+from collection_plugins import load
 from nodeprep.checkpoint import CheckpointInvalidError, commit_checkpoint, verify
 
 checkpoints = load("nodeprep_checkpoints")

@@ -1,4 +1,4 @@
-"""Import the verify roles' Ansible modules as plain Python, to test their decision logic."""
+"""Import the collection's Ansible modules as plain Python, to test their decision logic."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import ModuleType
 
 from nodeprep import paths
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 LIBRARY = REPO / "plugins" / "modules"
 # The modules import the collection's module_utils as Ansible does on a node:
 # ansible_collections.nodeprep.hardening.plugins.module_utils.* (a namespace package).
@@ -19,7 +19,7 @@ if _COLLECTIONS not in sys.path:
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"vu_{name}", LIBRARY / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"plugin_{name}", LIBRARY / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
