@@ -133,7 +133,8 @@ def test_verify_timeout_reaches_the_tmux_probe(local_inventory: Path, tmp_path: 
         if pid_file.exists():  # the task timeout ends Ansible's worker, not the probe
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
     assert result.exit_code == 1, result.output
-    (found,) = json.loads(report.read_text())["results"]
-    assert found["status"] == "fail"
-    assert found["detail"].startswith("timed out after 3 s"), found
-    assert "Probe the version of the tmux in effect" in found["detail"], found
+    found = {r["check"]: r for r in json.loads(report.read_text())["results"]}
+    assert set(found) == {"tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival"}
+    for check in found.values():
+        assert check["status"] == "fail", check
+        assert check["detail"].startswith("timed out after 3 s"), check
