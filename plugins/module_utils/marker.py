@@ -81,6 +81,22 @@ def read_marker(role: str, directory: str = MARKER_DIR) -> dict[str, Any]:
     return result
 
 
+def gate(
+    role: str, names: list[str], directory: str = MARKER_DIR
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """ROLE's marker data, or the verdicts for each check named in NAMES when there is none.
+
+    A present marker gives ``(data, [])``: the caller judges the node against DATA. Otherwise
+    ``(None, verdicts)``: every check ``<role>.<name>`` skips when the marker is absent (the
+    role was not applied) and fails with the marker's problem when it is unreadable or corrupt.
+    """
+    found = read_marker(role, directory)
+    if found["state"] == PRESENT:
+        return found["data"], []
+    verdict = {"passed": False, "skip": found["skip"], "detail": found["problem"]}
+    return None, [{"check": f"{role}.{name}", **verdict} for name in names]
+
+
 def render(role: str, data: dict[str, Any]) -> str:
     """The marker's text: the data with its role, keys sorted, so equal data is equal text."""
     return json.dumps({**data, "role": role}, indent=2, sort_keys=True) + "\n"

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any, Tuple
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import Probe, probe
+from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
 
 DOCUMENTATION = r"""
 module: apptainer_status
@@ -22,23 +23,24 @@ description:
   - Reads only.
 options:
   expect:
-    description: The role's marker data (C(image_path), C(image_sha256), C(exec_options),
-      C(check_command), C(check_timeout_s)).
+    description: What to judge against - the role's marker data (C(image_path),
+      C(image_sha256), C(exec_options), C(check_command), C(check_timeout_s)). Without it,
+      the module reads the apptainer role's marker from I(marker_dir).
     type: dict
-    required: true
   timeout_s:
     description: Seconds C(apptainer --version) and the image hash may take (verify --timeout).
     type: int
     default: 60
+extends_documentation_fragment:
+  - nodeprep.hardening.marker
 notes:
   - Supports check mode.
 author: nodeprep developers
 """
 
 EXAMPLES = r"""
-- name: Judge Apptainer and the image against the marker.
+- name: Judge Apptainer and the image against the apptainer role's marker.
   nodeprep.hardening.apptainer_status:
-    expect: "{{ marker.data }}"
     timeout_s: "{{ verify_timeout_s | default(60) }}"
   register: apptainer
   check_mode: false
@@ -56,7 +58,7 @@ checks:
   elements: dict
 """
 
-Probe = Tuple[int, str, str]  # rc, stdout, stderr (a runtime alias: Python 3.8 on nodes)
+NAMES = ["present", "image_hash", "runs"]
 TIMED_OUT = 124  # timeout(1)'s status
 _CHUNK = 4 << 20
 NO_IMAGE = "no image was distributed by the apptainer role"
@@ -135,25 +137,10 @@ def judge(
     return checks
 
 
-def probe(module: AnsibleModule, args: list[str]) -> Probe:
-    """run_command, with a command that cannot start reported as rc 127, not a module failure."""
-    try:
-        rc, out, err = module.run_command(args, handle_exceptions=False)
-    except OSError as exc:
-        return 127, "", str(exc)
-    return int(rc), str(out), str(err)
-
-
 def main() -> None:
-    started = time.time()
-    module = AnsibleModule(
-        argument_spec={
-            "expect": {"type": "dict", "required": True},
-            "timeout_s": {"type": "int", "default": 60},
-        },
-        supports_check_mode=True,
+    module, expect, started = begin(
+        "apptainer", NAMES, {"timeout_s": {"type": "int", "default": 60}}
     )
-    expect: dict[str, Any] = module.params["expect"]
     probe_s = int(module.params["timeout_s"])
     check_s = int(expect.get("check_timeout_s") or 300)
     version = probe(module, ["timeout", str(probe_s), "apptainer", "--version"])

@@ -9,6 +9,8 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils.marker import MARKER_DIR, gate
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
 
 DOCUMENTATION = r"""
 module: heartbeat_status
@@ -22,6 +24,8 @@ description:
     provisioned, a keep-alive within it, no automatic restart), C(heartbeat.metrics) (the
     textfile was rewritten within three metrics intervals, at least 30 s) and
     C(heartbeat.probes) (no probe in the failed state).
+  - The settings judged against are the options given or, without I(metrics_path), those
+    the heartbeat role recorded in its applied marker.
   - Reads only; never changes the node.
 options:
   service:
@@ -31,20 +35,19 @@ options:
   metrics_path:
     description: The Prometheus textfile the daemon rewrites.
     type: path
-    required: true
   metrics_interval_s:
-    description: How often the daemon rewrites the textfile, in seconds.
+    description: How often the daemon rewrites the textfile, in seconds (with I(metrics_path)).
     type: float
-    required: true
   watchdog_sec:
-    description: The C(WatchdogSec) the role set on the unit, in seconds.
+    description: The C(WatchdogSec) the role set on the unit, in seconds (with I(metrics_path)).
     type: float
-    required: true
   probes:
     description: The names of the configured probes, for the detail of C(heartbeat.probes).
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - nodeprep.hardening.marker
 notes:
   - Supports check mode.
 author: nodeprep developers
@@ -53,11 +56,14 @@ author: nodeprep developers
 EXAMPLES = r"""
 - name: Judge the watchdog by the settings recorded at its last converge.
   nodeprep.hardening.heartbeat_status:
-    service: "{{ marker.data.service }}"
-    metrics_path: "{{ marker.data.metrics_path }}"
-    metrics_interval_s: "{{ marker.data.metrics_interval_s }}"
-    watchdog_sec: "{{ marker.data.watchdog_sec }}"
-    probes: "{{ marker.data.probes }}"
+  register: heartbeat
+  check_mode: false
+
+- name: Judge a watchdog set up some other way.
+  nodeprep.hardening.heartbeat_status:
+    metrics_path: /var/lib/node_exporter/textfile/nodeprep_heartbeat.prom
+    metrics_interval_s: 15
+    watchdog_sec: 60
   register: heartbeat
   check_mode: false
 """
@@ -72,7 +78,8 @@ unit:
   returned: always
   type: dict
 checks:
-  description: One verdict per check, each with C(check), C(passed) and C(detail).
+  description: One verdict per check, each with C(check), C(passed), C(detail) and C(skip)
+    (the reason it skips, or empty).
   returned: always
   type: list
   elements: dict
@@ -82,6 +89,9 @@ checks:
       detail: nodeprep-heartbeat.service is active (running)
 """
 
+NAMES = ["service", "watchdog", "metrics", "probes"]
+# The settings the role records in its marker, judged against when no option names them.
+SETTINGS = ("service", "metrics_path", "metrics_interval_s", "watchdog_sec", "probes")
 PROPERTIES = (
     "ActiveState",
     "SubState",
@@ -193,16 +203,34 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "service": {"type": "str", "default": "nodeprep-heartbeat.service"},
-            "metrics_path": {"type": "path", "required": True},
-            "metrics_interval_s": {"type": "float", "required": True},
-            "watchdog_sec": {"type": "float", "required": True},
+            "metrics_path": {"type": "path"},
+            "metrics_interval_s": {"type": "float"},
+            "watchdog_sec": {"type": "float"},
             "probes": {"type": "list", "elements": "str", "default": []},
+            "marker_dir": {"type": "path", "default": MARKER_DIR},
         },
+        required_by={"metrics_path": ("metrics_interval_s", "watchdog_sec")},
         supports_check_mode=True,
     )
     params = module.params
+    if params["metrics_path"] is None:
+        applied, unapplied = gate("heartbeat", NAMES, params["marker_dir"])
+        if applied is None:
+            module.exit_json(changed=False, started=started, checks=unapplied)
+            return
+        lacking = [key for key in SETTINGS if applied.get(key) in (None, "")]
+        if lacking:
+            problem = (
+                f"The heartbeat applied marker lacks {', '.join(lacking)}; run `nodeprep "
+                "provision --tags heartbeat` again to rewrite it."
+            )
+            checks = [{"check": f"heartbeat.{n}", "passed": False, "skip": "", "detail": problem}
+                      for n in NAMES]  # fmt: skip
+            module.exit_json(changed=False, started=started, checks=checks)
+            return
+        params = {**params, **{key: applied[key] for key in SETTINGS}}
     args = ["systemctl", "show", params["service"]] + [f"--property={p}" for p in PROPERTIES]
-    rc, out, err = module.run_command(args)
+    rc, out, err = probe(module, args)
     if rc != 0:
         module.fail_json(msg=f"`systemctl show {params['service']}` failed: {err.strip()}")
     unit = parse_show(out)
@@ -214,7 +242,9 @@ def main() -> None:
     except OSError:
         mtime, metrics = None, ""
     checks = judge(params, unit, uptime, mtime, time.time(), metrics)
-    module.exit_json(changed=False, started=started, unit=unit, checks=checks)
+    module.exit_json(
+        changed=False, started=started, unit=unit, checks=[{"skip": "", **c} for c in checks]
+    )
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.hardening.plugins.module_utils import bonding
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
+from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
 
 DOCUMENTATION = r"""
 module: nic_bond_status
@@ -22,19 +22,20 @@ description:
     packets half a second apart.
 options:
   expect:
-    description: The role's marker data (C(bond), C(mode), C(miimon), C(members),
-      C(primary), C(probe_target)).
+    description: What to judge against - the role's marker data (C(bond), C(mode),
+      C(miimon), C(members), C(primary), C(probe_target)). Without it, the module reads the
+      nic_bond role's marker from I(marker_dir).
     type: dict
-    required: true
+extends_documentation_fragment:
+  - nodeprep.hardening.marker
 notes:
   - Supports check mode.
 author: nodeprep developers
 """
 
 EXAMPLES = r"""
-- name: Judge the bond against its marker.
+- name: Judge the bond against its applied marker.
   nodeprep.hardening.nic_bond_status:
-    expect: "{{ marker.data }}"
   register: bond
   check_mode: false
 """
@@ -57,6 +58,9 @@ checks:
 """
 
 _AGAIN = "run nodeprep provision --tags nic_bond"
+
+
+NAMES = ["mode", "miimon", "members_up", "active_member", "peer"]
 
 
 def judge(
@@ -114,16 +118,11 @@ def ping_summary(rc: int, out: str, err: str) -> str:
 
 
 def main() -> None:
-    started = time.time()
-    module = AnsibleModule(
-        argument_spec={"expect": {"type": "dict", "required": True}},
-        supports_check_mode=True,
-    )
-    expect: dict[str, Any] = module.params["expect"]
+    module, expect, started = begin("nic_bond", NAMES)
     bond, target = str(expect.get("bond", "")), str(expect.get("probe_target", ""))
     seen = bonding.read(bond)
     argv = ["ping", "-n", "-c", "3", "-i", "0.5", "-W", "2", "-I", bond, target]
-    rc, out, err = module.run_command(argv)
+    rc, out, err = probe(module, argv)
     checks = judge(expect, seen, (rc, ping_summary(rc, out, err)))
     module.exit_json(changed=False, started=started, seen=seen, checks=checks)
 

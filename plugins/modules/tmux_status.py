@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import time
-from typing import Any, Tuple
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import Probe, probe
+from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
 
 DOCUMENTATION = r"""
 module: tmux_status
@@ -25,19 +25,20 @@ description:
   - Changes nothing on the node; the throwaway server is killed before the module returns.
 options:
   expect:
-    description: The role's marker data (C(binary), C(version) or C(min_version),
-      C(settings), C(config_path), C(users)).
+    description: What to judge against - the role's marker data (C(binary), C(version) or
+      C(min_version), C(settings), C(config_path), C(users)). Without it, the module reads
+      the tmux role's marker from I(marker_dir).
     type: dict
-    required: true
+extends_documentation_fragment:
+  - nodeprep.hardening.marker
 notes:
   - Supports check mode.
 author: nodeprep developers
 """
 
 EXAMPLES = r"""
-- name: Judge tmux against its marker.
+- name: Judge tmux against its applied marker.
   nodeprep.hardening.tmux_status:
-    expect: "{{ marker.data }}"
   register: tmux
   check_mode: false
 """
@@ -55,7 +56,7 @@ checks:
 """
 
 _AGAIN = "run the tmux role again"
-Probe = Tuple[int, str, str]  # rc, stdout, stderr (a runtime alias: Python 3.8 on nodes)
+NAMES = ["version", "config", "linger", "logout_survival"]
 
 
 def loose_version(text: str) -> list[tuple[int, Any]]:
@@ -157,22 +158,8 @@ def _json(mapping: dict[str, str]) -> str:
     return json.dumps(mapping)
 
 
-def probe(module: AnsibleModule, args: Any, shell: bool = False) -> Probe:
-    """run_command, with a command that cannot start reported as rc 127, not a module failure."""
-    try:
-        rc, out, err = module.run_command(args, use_unsafe_shell=shell, handle_exceptions=False)
-    except OSError as exc:
-        return 127, "", str(exc)
-    return int(rc), str(out), str(err)
-
-
 def main() -> None:
-    started = time.time()
-    module = AnsibleModule(
-        argument_spec={"expect": {"type": "dict", "required": True}},
-        supports_check_mode=True,
-    )
-    expect: dict[str, Any] = module.params["expect"]
+    module, expect, started = begin("tmux", NAMES)
     binary = str(expect.get("binary", "tmux"))
     version = probe(module, [binary, "-V"])
     settings = None

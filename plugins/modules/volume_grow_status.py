@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
+from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
 
 DOCUMENTATION = r"""
 module: volume_grow_status
@@ -19,12 +19,14 @@ description:
     well under that) fails, and so does one that cannot be read; the detail names each.
   - Returns the verdict C(volume_grow.size) under C(checks) for C(nodeprep_check). Reads only.
 options:
-  volumes:
-    description: The marker's volumes, each with C(mount) or C(filesystem_device), and
-      C(size_gb) (null when the role only filled a disk the hypervisor had grown).
-    type: list
-    elements: dict
-    required: true
+  expect:
+    description: What to judge against - the role's marker data, whose C(volumes) each have
+      C(mount) or C(filesystem_device), and C(size_gb) (null when the role only filled a
+      disk the hypervisor had grown). Without it, the module reads the volume_grow role's
+      marker from I(marker_dir).
+    type: dict
+extends_documentation_fragment:
+  - nodeprep.hardening.marker
 notes:
   - Supports check mode.
 author: nodeprep developers
@@ -33,7 +35,6 @@ author: nodeprep developers
 EXAMPLES = r"""
 - name: Judge every grown filesystem against the size its volume was grown to.
   nodeprep.hardening.volume_grow_status:
-    volumes: "{{ marker.data.volumes }}"
   register: volumes
   check_mode: false
 """
@@ -87,16 +88,12 @@ def judge(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    started = time.time()
-    module = AnsibleModule(
-        argument_spec={"volumes": {"type": "list", "elements": "dict", "required": True}},
-        supports_check_mode=True,
-    )
+    module, expect, started = begin("volume_grow", ["size"])
     rows = []
-    for volume in module.params["volumes"]:
+    for volume in expect.get("volumes") or []:
         where = volume.get("mount") or volume.get("filesystem_device") or ""
         argv = ["df", "--output=size", "--block-size=1", "--", where]
-        rc, out, err = module.run_command(argv)
+        rc, out, err = probe(module, argv)
         lines = out.strip().splitlines()
         size = int(lines[-1].strip()) if rc == 0 and lines and lines[-1].strip().isdigit() else None
         rows.append(row(volume, size, err.strip() or f"df exited {rc}"))

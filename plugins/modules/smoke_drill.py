@@ -1,0 +1,210 @@
+#!/usr/bin/python
+"""Run the kill-and-resume smoke drill on a node for nodeprep verify: smoke.drill."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils.marker import (
+    CORRUPT,
+    MARKER_DIR,
+    UNREADABLE,
+    read_marker,
+)
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
+
+DOCUMENTATION = r"""
+module: smoke_drill
+short_description: Train, SIGKILL, resume and compare bit for bit, on a node.
+description:
+  - Runs C(python -m nodeprep.smoke) - the reference trainer trains, is killed with SIGKILL
+    at a random step after its first checkpoint, resumes, and its final state hash is
+    compared with an uninterrupted run's - and returns the verdict C(smoke.drill) under
+    C(checks) for C(nodeprep_check).
+  - Where it runs - without I(launcher), inside the image the apptainer role recorded in
+    its applied marker (C(apptainer exec) with the recorded options), or with I(python) on
+    the node when that role was not applied. An unreadable or corrupt apptainer marker fails
+    the check rather than guess.
+  - When the chosen Python cannot import torch and nodeprep, the check skips and says what
+    it saw and how to fix it.
+  - The drill works in a fresh directory under I(work_parent), removed before the module
+    returns. Nothing else on the node changes.
+options:
+  launcher:
+    description: Command prefix that runs C(python3) inside the trainer image. Empty - the
+      image the apptainer role recorded, else none.
+    type: str
+    default: ""
+  python:
+    description: The Python that runs the drill and the trainer when there is no launcher.
+    type: str
+    default: python3
+  steps:
+    description: Trainer steps of each run.
+    type: int
+    default: 24
+  checkpoint_every:
+    description: Steps between checkpoints.
+    type: int
+    default: 4
+  seed:
+    description: The trainer's seed.
+    type: int
+    default: 0
+  model_mb:
+    description: Size of the drill's model, in MiB.
+    type: float
+    default: 0.25
+  kill_step:
+    description: Kill after this step; 0 picks a random step after the first checkpoint.
+    type: int
+    default: 0
+  work_parent:
+    description: Directory the drill's temporary work directory is made in.
+    type: path
+    default: /var/tmp
+  timeout_s:
+    description: Seconds the import check, and then the whole drill, may each take; past it
+      the check fails as "timed out after S s".
+    type: int
+    default: 600
+extends_documentation_fragment:
+  - nodeprep.hardening.marker
+notes:
+  - Supports check mode (the drill only reads the node outside its own work directory).
+author: nodeprep developers
+"""
+
+EXAMPLES = r"""
+- name: Run the smoke drill in the image the apptainer role put on the node.
+  nodeprep.hardening.smoke_drill:
+    timeout_s: 600
+  register: smoke
+  check_mode: false
+
+- name: Run it outside any image, with a Python that has nodeprep[trainer].
+  nodeprep.hardening.smoke_drill:
+    python: /opt/nodeprep/venv/bin/python
+  register: smoke
+  check_mode: false
+"""
+
+RETURN = r"""
+started:
+  description: Epoch seconds when the drill started, for the I(since) option of nodeprep_check.
+  returned: always
+  type: float
+checks:
+  description: The verdict C(smoke.drill), a list of one, with C(check), C(passed), C(detail)
+    and C(skip).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+TIMED_OUT = 124  # timeout(1)'s status
+IMPORTS = "import torch, nodeprep.trainer, nodeprep.smoke"
+OUTSIDE = "ran outside any image: role apptainer not applied"
+
+
+def verdict(passed: bool, detail: str, skip: str = "") -> list[dict[str, Any]]:
+    return [{"check": "smoke.drill", "passed": passed, "detail": detail, "skip": skip}]
+
+
+def choose_launcher(given: str, marker_dir: str) -> tuple[list[str], str]:
+    """The launcher's argv and, when the apptainer marker cannot be trusted, its problem."""
+    if given:
+        return shlex.split(given), ""
+    found = read_marker("apptainer", marker_dir)
+    if found["state"] in (UNREADABLE, CORRUPT):
+        return [], str(found["problem"])
+    image = found["data"].get("image_path") or ""
+    if not image:
+        return [], ""
+    options = [str(o) for o in found["data"].get("exec_options") or []]
+    return ["apptainer", "exec", *options, str(image)], ""
+
+
+def last_json(text: str) -> dict[str, Any] | None:
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        value = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def judge_run(rc: int, out: str, err: str, timeout_s: int) -> list[dict[str, Any]]:
+    if rc == TIMED_OUT:
+        return verdict(False, f"timed out after {timeout_s} s: the drill did not finish")
+    result = last_json(out)
+    if rc not in (0, 1) or result is None:
+        said = (err.strip() or out.strip() or "no output")[-400:]
+        return verdict(False, f"the drill broke (exit {rc}): {said}")
+    where = (
+        "" if result.get("inside_image") else "; ran outside any image: role apptainer not applied"
+    )
+    detail = f"{result.get('detail', '')} ({result.get('seconds', '?')} s{where})"
+    return verdict(bool(result.get("passed")) and rc == 0, detail)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "launcher": {"type": "str", "default": ""},
+            "python": {"type": "str", "default": "python3"},
+            "steps": {"type": "int", "default": 24},
+            "checkpoint_every": {"type": "int", "default": 4},
+            "seed": {"type": "int", "default": 0},
+            "model_mb": {"type": "float", "default": 0.25},
+            "kill_step": {"type": "int", "default": 0},
+            "work_parent": {"type": "path", "default": "/var/tmp"},
+            "timeout_s": {"type": "int", "default": 600},
+            "marker_dir": {"type": "path", "default": MARKER_DIR},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    started, timeout_s = time.time(), int(p["timeout_s"])
+    launcher, problem = choose_launcher(p["launcher"], p["marker_dir"])
+    if problem:
+        module.exit_json(changed=False, started=started, checks=verdict(False, problem))
+        return
+    python = "python3" if launcher else str(p["python"])
+    bound = ["timeout", str(timeout_s)]
+    rc, _, err = probe(module, [*bound, *launcher, python, "-c", IMPORTS])
+    if rc != 0:
+        said = (err.strip().splitlines() or ["no output"])[-1]
+        if rc == TIMED_OUT:
+            said = f"timed out after {timeout_s} s"
+        where = " ".join(launcher) or python
+        skip = (
+            f"the trainer cannot run on this node: {where} cannot import torch and nodeprep "
+            f"({said}); apply the apptainer role or set smoke_python to a Python with "
+            "nodeprep[trainer]"
+        )
+        module.exit_json(changed=False, started=started, checks=verdict(False, "", skip))
+        return
+    work = tempfile.mkdtemp(prefix="nodeprep-smoke-", dir=p["work_parent"])
+    try:
+        started = time.time()
+        argv = [*bound, *launcher, python, "-m", "nodeprep.smoke", "--work-dir", work,
+                "--steps", str(p["steps"]), "--checkpoint-every", str(p["checkpoint_every"]),
+                "--seed", str(p["seed"]), "--model-mb", str(p["model_mb"]),
+                "--deadline-s", str(max(timeout_s - 10, 1))]  # fmt: skip
+        if p["kill_step"] > 0:
+            argv += ["--kill-step", str(p["kill_step"])]
+        rc, out, err = probe(module, argv)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    module.exit_json(changed=False, started=started, checks=judge_run(rc, out, err, timeout_s))
+
+
+if __name__ == "__main__":
+    main()
