@@ -8,8 +8,11 @@ runs and modes say more than the absolute figures.
 
     .venv/bin/python benchmarks/provision.py [--quick] [--nodes 2] [--modes plain,fast]
 
---quick: one node, --fast only. Last line: JSON for the last mode measured, with every mode's
-figures under "modes".
+--quick: one node, --fast only. --baseline REF: also the nodeprep of commit REF (a temporary
+git worktree), each on its own freshly restored lab, before this checkout's: before and
+after, side by side in one run. -e passes extra variables to every provision. Last line:
+JSON for the last mode measured, with every mode's figures under "modes" (and the baseline's
+under "baseline").
 """
 
 from __future__ import annotations
@@ -17,24 +20,26 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from baseline import Nodeprep, checkout
 from nodeprep.lab import lifecycle
 from nodeprep.lab.inventory import render_ini
 from nodeprep.lab.paths import cache_dir
 
-NODEPREP = str(Path(sys.executable).with_name("nodeprep"))
 
-
-def provision(inventory: Path, fast: bool, out: Path) -> tuple[float, dict[str, Any]]:
-    argv = [NODEPREP, "provision", str(inventory), "--json", str(out)]
+def provision(
+    nodeprep: Nodeprep, inventory: Path, fast: bool, extra: list[str], out: Path
+) -> tuple[float, dict[str, Any]]:
+    argv = nodeprep.argv("provision", str(inventory), "--json", str(out), *extra)
     started = time.monotonic()
     command = [*argv, "--fast"] if fast else argv
-    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=3600, check=False, env=nodeprep.env()
+    )
     seconds = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"provision failed (exit {done.returncode}):\n{done.stdout[-4000:]}")
@@ -46,14 +51,16 @@ def tasks_per_node(summary: dict[str, Any]) -> int:
     return max(r["ok"] + r["failed"] + r["skipped"] for r in summary["hosts"].values())
 
 
-def measure(nodes: int, fast: bool, scratch: Path) -> dict[str, Any]:
-    lab = scratch / ("lab-fast" if fast else "lab-plain")
+def measure(
+    nodeprep: Nodeprep, nodes: int, fast: bool, extra: list[str], scratch: Path
+) -> dict[str, Any]:
+    lab = scratch / f"lab-{nodeprep.label}-{'fast' if fast else 'plain'}"
     try:
         state = lifecycle.up(lifecycle.UpRequest(nodes=nodes), lab, cache_dir())
         inventory = scratch / "lab.ini"
         inventory.write_text(render_ini(state))
-        first_s, first = provision(inventory, fast, scratch / "first.json")
-        second_s, second = provision(inventory, fast, scratch / "second.json")
+        first_s, first = provision(nodeprep, inventory, fast, extra, scratch / "first.json")
+        second_s, second = provision(nodeprep, inventory, fast, extra, scratch / "second.json")
     finally:
         lifecycle.down(lab)
     tasks = tasks_per_node(first)
@@ -70,7 +77,8 @@ def measure(nodes: int, fast: bool, scratch: Path) -> dict[str, Any]:
     }
     mode = "--fast" if fast else "plain"
     print(
-        f"{nodes} node(s), {mode}: first {first_s:.0f} s ({figures['first_changed']} changed,"
+        f"{nodeprep.label}, {nodes} node(s), {mode}: first {first_s:.0f} s"
+        f" ({figures['first_changed']} changed,"
         f" {tasks} tasks/node, {figures['s_per_task']} s/task), second {second_s:.0f} s"
         f" ({figures['second_run_changed']} changed, {figures['second_to_first']:.0%} of first)",
         flush=True,
@@ -83,18 +91,34 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one node, --fast only")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--modes", default="plain,fast", help="comma-separated: plain, fast")
+    parser.add_argument("--baseline", metavar="REF", help="also run commit REF's nodeprep first")
+    parser.add_argument("-e", dest="extra_vars", action="append", default=[])
     args = parser.parse_args()
+    extra = [part for value in args.extra_vars for part in ("-e", value)]
     nodes, modes = (1, ["fast"]) if args.quick else (args.nodes, args.modes.split(","))
     unknown = sorted(set(modes) - {"plain", "fast"})
     if unknown:
         parser.error(f"unknown mode(s) {', '.join(unknown)}; use plain and/or fast")
     results: dict[str, dict[str, Any]] = {}
+    before: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="nodeprep-bench-") as scratch:
         for mode in modes:
-            results[mode] = measure(nodes, mode == "fast", Path(scratch))
+            if args.baseline:
+                with checkout(args.baseline) as root:
+                    old = Nodeprep("before", root)
+                    before[mode] = measure(old, nodes, mode == "fast", extra, Path(scratch))
+            results[mode] = measure(Nodeprep("after"), nodes, mode == "fast", extra, Path(scratch))
     last = results[modes[-1]]
-    summary = {key: last[key] for key in ("nodes", "first_run_s", "second_run_s",
+    summary = {key: last[key] for key in ("nodes", "first_run_s", "second_run_s", "second_to_first",
                                           "second_run_changed", "tasks", "s_per_task")}  # fmt: skip
+    if args.baseline:
+        summary.update(baseline=args.baseline, baseline_modes=before)
+        old = before[modes[-1]]
+        summary.update(
+            baseline_first_run_s=old["first_run_s"],
+            baseline_second_run_s=old["second_run_s"],
+            second_run_after_to_before=round(last["second_run_s"] / old["second_run_s"], 2),
+        )
     print(json.dumps({**summary, "modes": results}))
 
 
