@@ -11,6 +11,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 Probe = Tuple[int, str, str]  # rc, stdout, stderr (a runtime alias: Python 3.8 on nodes)
 NOT_STARTED = 127  # the shell's status for a command that cannot be found or started
+TIMED_OUT = 124  # timeout(1)'s status for a command it had to stop
 
 
 def probe(module: AnsibleModule, args: Any, shell: bool = False) -> Probe:

@@ -7,7 +7,11 @@ import hashlib
 import time
 from typing import Any
 
-from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import Probe, probe
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import (
+    TIMED_OUT,
+    Probe,
+    probe,
+)
 from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
 
 DOCUMENTATION = r"""
@@ -59,7 +63,6 @@ checks:
 """
 
 NAMES = ["present", "image_hash", "runs"]
-TIMED_OUT = 124  # timeout(1)'s status
 _CHUNK = 4 << 20
 NO_IMAGE = "no image was distributed by the apptainer role"
 AGAIN = "re-run nodeprep provision to copy the image again"

@@ -9,7 +9,7 @@ from typing import Any
 
 from ansible.module_utils.facts.system.distribution import Distribution
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import TIMED_OUT, probe
 from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
 
 DOCUMENTATION = r"""
@@ -72,7 +72,6 @@ ansible_facts:
 
 NAMES = ["python", "os", "disk", "time_sync"]
 GIB = 1 << 30
-TIMED_OUT = 124  # timeout(1)'s status
 NOT_REQUIRED = "preflight_time_sync_required was false when this node was provisioned"
 
 

@@ -17,7 +17,7 @@ from ansible_collections.nodeprep.hardening.plugins.module_utils.marker import (
     UNREADABLE,
     read_marker,
 )
-from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import TIMED_OUT, probe
 
 DOCUMENTATION = r"""
 module: smoke_drill
@@ -108,7 +108,6 @@ checks:
   elements: dict
 """
 
-TIMED_OUT = 124  # timeout(1)'s status
 IMPORTS = "import torch, nodeprep.trainer, nodeprep.smoke"
 OUTSIDE = "ran outside any image: role apptainer not applied"
 
