@@ -14,7 +14,9 @@ description:
   - Waits (bounded) until the kernel reports at least C(size_gb) GiB, reads the partition
     and filesystem from lsblk's JSON output and sysfs (never from the device name), and
     refuses what it must not touch.
-  - Reads only; never changes the node.
+  - Reads only; never changes the node. Reports the package that provides C(growpart)
+    when a partition must be grown and C(growpart) is not installed, so the role installs
+    it only then.
   - Fails, leaving the node untouched, for a disk with more than one partition, an LVM
     physical volume, or a filesystem other than ext2, ext3, ext4 or xfs.
 options:
@@ -102,6 +104,15 @@ disk_bytes:
   returned: always
   type: int
   sample: 536870912000
+growpart_package:
+  description:
+    - The package that provides C(growpart) on this distribution (C(cloud-guest-utils) on
+      Debian and Ubuntu, C(cloud-utils-growpart) on RHEL-like systems, C(growpart) on SUSE)
+      when the volume has a partition and C(growpart) is not on the node's PATH; null when
+      there is nothing to install.
+  returned: always
+  type: str
+  sample: cloud-guest-utils
 fs_growable:
   description:
     - Whether the filesystem can gain at least one block from its device. Always true for
@@ -120,6 +131,12 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 GROWABLE = ("ext2", "ext3", "ext4", "xfs")
+# os-release ID / ID_LIKE words -> the package that ships growpart there.
+GROWPART_PACKAGES = (
+    (("rhel", "fedora", "centos"), "cloud-utils-growpart"),
+    (("suse", "opensuse"), "growpart"),
+)
+DEFAULT_GROWPART_PACKAGE = "cloud-guest-utils"
 GIB = 1024**3
 
 
@@ -268,7 +285,38 @@ def main() -> None:
         mountpoint=node.get("mountpoint"),
         disk_bytes=disk_bytes(disk),
         fs_growable=fs_growable(module, partition or disk, fstype),
+        growpart_package=None if partition is None else missing_growpart(module),
     )
+
+
+def missing_growpart(module: AnsibleModule) -> str | None:
+    """The package to install for growpart, or None when growpart is already on PATH."""
+    if module.get_bin_path("growpart") is not None:
+        return None
+    return growpart_package(os_release_words())
+
+
+def os_release_words(path: str = "/etc/os-release") -> set[str]:
+    """The words of os-release's ID and ID_LIKE, lower-cased (empty when unreadable)."""
+    words: set[str] = set()
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return words
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key in ("ID", "ID_LIKE"):
+            words.update(value.strip().strip("\"'").lower().split())
+    return words
+
+
+def growpart_package(words: set[str]) -> str:
+    """Which package ships growpart on a distribution with these os-release words."""
+    for ids, package in GROWPART_PACKAGES:
+        if words.intersection(ids):
+            return package
+    return DEFAULT_GROWPART_PACKAGE
 
 
 def fs_growable(module: AnsibleModule, device: str, fstype: str) -> bool:
