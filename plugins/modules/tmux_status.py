@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from typing import Any
 
 from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import Probe, probe
 from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
+from ansible_collections.nodeprep.hardening.plugins.module_utils.versions import loose_version
 
 DOCUMENTATION = r"""
 module: tmux_status
@@ -57,11 +57,6 @@ checks:
 
 _AGAIN = "run the tmux role again"
 NAMES = ["version", "config", "linger", "logout_survival"]
-
-
-def loose_version(text: str) -> list[tuple[int, Any]]:
-    """A comparable form of a version like 3.5a (numbers compare as numbers, letters after)."""
-    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|[a-z]+", text.lower())]
 
 
 def settings_seen(text: str) -> dict[str, str]:

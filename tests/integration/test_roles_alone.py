@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 # What each role needs to be switched on in provision.yml (its `when`), nothing more.
 ENABLE: dict[str, dict[str, Any]] = {
-    "tmux": {"nodeprep_tmux": True},
     "apptainer": {"nodeprep_apptainer": True},
     "nic_bond": {
         "nic_bond_members": ["lo"],

@@ -27,13 +27,14 @@ from nodeprep.lab.apptainer import IMAGE_DEST
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(2400)]
 CACHE = "/var/cache/nodeprep/apptainer"
-# The chain applies preflight, heartbeat, volume_grow (with no volume to grow, as `make demo`)
-# and apptainer; tmux and the bond are opt-in, and the lab has no GPU.
+# The chain applies preflight, tmux (Debian 13's own, through `auto`), heartbeat, volume_grow
+# (with no volume to grow, as `make demo`) and apptainer; the bond is opt-in, and the lab has
+# no GPU.
 SKIPPED = {"gpu.driver", "gpu.count", "gpu.temperature", "gpu.ecc", "gpu.xid", "volume_grow.size",
-           "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival",
            "nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up", "nic_bond.active_member",
            "nic_bond.peer"}  # fmt: skip
 PASSED = {"preflight.os", "preflight.disk", "heartbeat.service", "heartbeat.probes",
+          "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival",
           "disk.size", "disk.free", "disk.writable", "checkpoint.newest", "apptainer.present",
           "apptainer.image_hash", "apptainer.runs", "smoke.drill"}  # fmt: skip
 
@@ -99,6 +100,11 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert code == 0, output
     assert summary["hosts"]["node1"]["changed"] == 0, output
     assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
+    # tmux by default: `auto` took Debian 13's 3.5a, so nothing was built.
+    marker = json.loads(lab_node.sh("cat /etc/nodeprep/roles/tmux.json"))
+    assert marker["install_method"] == "package", marker
+    assert marker["binary"] == "/usr/bin/tmux", marker
+    assert lab_node.sh("ls /opt").split().count("tmux-3.5a") == 0
 
     # verify: all pass but the skips, each with its reason; the drill ran in the image.
     ship_checkpoints(lab_node.sh, checkpoint_archive(tmp_path))

@@ -33,12 +33,14 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 # The build's log: present where tmux was compiled, absent where a cached build was unpacked.
 BUILD_LOGS = "ls /var/cache/nodeprep/tmux/ 2>/dev/null | grep -c '^build-.*[.]log$' || true"
 USER = "nodeprep"
+SHIPPED = "3.5a"  # the tmux_version whose checksum roles/tmux/defaults/main.yml ships
 
 
 @pytest.fixture(scope="session")
 def tmux_source(lab_cache: Path) -> OrigTarball:
-    """The upstream tarball of the tmux apt would install here, fetched once and cached."""
-    return fetch_orig_tarball("tmux", lab_cache / "sources")
+    """Debian's copy of the release the role pins (Debian 13's tmux), fetched once and cached:
+    the role's shipped checksum must verify it."""
+    return fetch_orig_tarball("tmux", lab_cache / "sources", candidate=lambda name: (name, SHIPPED))
 
 
 @pytest.fixture(scope="session")
@@ -76,10 +78,12 @@ def node(lab_node: LabNode, source_port: int) -> Iterator[LabNode]:
 
 
 def role_vars(source: OrigTarball, port: int, cache: Path, **overrides: Any) -> dict[str, Any]:
+    """The source build forced (the lab VM's own tmux would do for `auto`), verified by the
+    role's shipped tmux_source_sha256: the test gives none."""
     return {
+        "tmux_install_method": "source",
         "tmux_version": source.upstream_version,
         "tmux_source_url": f"http://127.0.0.1:{port}/{source.path.name}",
-        "tmux_source_sha256": source.sha256,
         "tmux_artifact_cache_dir": str(cache),
         "tmux_users": [USER],
         **overrides,
@@ -195,12 +199,17 @@ def _kill_user_processes_at_logout(node: LabNode) -> None:
 def _bad_checksum_keeps_the_old_tmux(
     node: LabNode, hosts: Path, variables: dict[str, Any], source: OrigTarball, tmp_path: Path
 ) -> None:
-    bad = {**variables, "tmux_version": "9.9", "tmux_source_sha256": "0" * 64}
+    """`auto` where the distribution's tmux is too old builds from source; the checksum is
+    wrong, so that build stops before anything is installed."""
+    bad = {**variables, "tmux_install_method": "auto", "tmux_min_version": "9.9",
+           "tmux_version": "9.9", "tmux_source_sha256": "0" * 64}  # fmt: skip
     failed = run_play(CONVERGE, hosts, bad, tmp_path / "bad", fast=True)
     assert failed.result.exit_code == 1
     assert "does not match tmux_source_sha256" in failed.messages(), failed.messages()
     assert "nothing was installed" in failed.messages()
     assert node.sh("tmux -V").strip() == f"tmux {source.upstream_version}"
+    link = node.sh("readlink /usr/local/bin/tmux").strip()
+    assert link == f"/opt/tmux-{source.upstream_version}/bin/tmux"
     assert "9.9" not in node.sh("ls /opt /var/cache/nodeprep/tmux")
 
 

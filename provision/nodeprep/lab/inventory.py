@@ -6,6 +6,7 @@ import json
 import shlex
 
 from nodeprep.lab.node import BOND_PEER
+from nodeprep.lab.recipe import GUEST_USER
 from nodeprep.lab.state import LabState
 
 GROUP = "lab"
@@ -26,12 +27,14 @@ def render_ini(state: LabState) -> str:
         host_vars = {
             "ansible_host": "127.0.0.1",
             "ansible_port": str(node.ssh_port),
-            "ansible_user": "nodeprep",
+            "ansible_user": GUEST_USER,
             "ansible_ssh_private_key_file": state.key,
             # Host-line values keep their types (a list stays a list); [vars] values are strings.
             "nodeprep_lab_bond_nics": json.dumps(list(GUEST_BOND_NICS)),
             "nodeprep_lab_bond_peer": BOND_PEER,
             "nodeprep_lab_data_disk": GUEST_DATA_DISK,
+            # The login user's tmux sessions survive logout (the tmux role's linger step).
+            "tmux_users": json.dumps([GUEST_USER]),
         }
         rendered = " ".join(f"{key}={_ini_value(value)}" for key, value in host_vars.items())
         lines.append(f"{node.name} {rendered}")

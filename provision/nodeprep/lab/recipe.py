@@ -32,9 +32,10 @@ BASE_PACKAGES = (
     "libpam-systemd",
 )  # fmt: skip
 # What roles would otherwise fetch from the network; under TCG an apt run costs minutes.
+# tmux: the tmux role's `auto` method picks Debian's own (3.5a on Debian 13).
 ROLE_PACKAGES = (
     "build-essential", "make", "pkg-config", "libevent-dev", "libncurses-dev", "bison",
-    "python3-venv", "python3-pip", "rsync",
+    "python3-venv", "python3-pip", "rsync", "tmux",
 )  # fmt: skip
 
 # Runs inside mmdebstrap's customize hook with the root filesystem as $1. @PUBKEY@ is the

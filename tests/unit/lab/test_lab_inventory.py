@@ -42,4 +42,5 @@ def test_ansible_reads_it(tmp_path: Path) -> None:
     assert node2["ansible_user"] == "nodeprep"
     assert node2["ansible_ssh_private_key_file"] == str(tmp_path / "key dir" / "id_ed25519")
     assert node2["nodeprep_lab_bond_nics"] == ["ens4", "ens5"]
+    assert node2["tmux_users"] == ["nodeprep"]
     assert "UserKnownHostsFile=/dev/null" in node2["ansible_ssh_common_args"]
