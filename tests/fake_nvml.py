@@ -80,6 +80,10 @@ class FakeNvml:
     def nvmlDeviceGetIndex(self, handle: int) -> int:
         return handle
 
+    def nvmlDeviceGetUUID(self, handle: int) -> bytes:
+        """Older bindings return bytes, as this does; nvml.text() reads both."""
+        return f"GPU-0000000{handle}-fake-4e50-8000-00000000000{handle}".encode()
+
     def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
         return self.gpus[handle].temperature_c
 

@@ -56,6 +56,15 @@ def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def uuid(nv: Any, handle: Any) -> str:
+    """The GPU's NVML UUID (GPU-...), the label that follows a board across index changes;
+    empty when the board does not report one."""
+    try:
+        return text(nv.nvmlDeviceGetUUID(handle))
+    except nv.NVMLError:
+        return ""
+
+
 def ecc_uncorrected(nv: Any, handle: Any) -> int | None:
     """Volatile uncorrected ECC errors, None where ECC is off or not supported."""
     try:

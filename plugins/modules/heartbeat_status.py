@@ -102,7 +102,10 @@ PROPERTIES = (
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|w)?(?=\s|$|\d)")
 _UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0,
            "w": 604800.0}  # fmt: skip
-_FAILED_PROBE = re.compile(r'^nodeprep_heartbeat_probe_state\{probe="([^"]+)",state="failed"\} 1$')
+# The sample's value as prometheus_client writes it (1.0), or as any exposition writer may.
+_FAILED_PROBE = re.compile(
+    r'^nodeprep_heartbeat_probe_state\{probe="([^"]+)",state="failed"\} (\S+)$'
+)
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -123,12 +126,19 @@ def timespan_s(text: str) -> float:
     return sum(float(n) * _UNIT_S[unit or "s"] for n, unit in _SPAN.findall(text))
 
 
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def failed_probes(metrics: str) -> list[str]:
     """Probes the textfile shows in the failed state, in order, each once."""
     names: list[str] = []
     for line in metrics.splitlines():
         match = _FAILED_PROBE.match(line.strip())
-        if match and match.group(1) not in names:
+        if match and _number(match.group(2)) == 1.0 and match.group(1) not in names:
             names.append(match.group(1))
     return names
 

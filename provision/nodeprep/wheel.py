@@ -8,7 +8,9 @@ content: the cache key hashes every file that goes into the wheel.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -85,3 +87,37 @@ def build_wheel(source: Path, dest: Path) -> Path:
             f"pip said:\n{tail}"
         )
     return wheels[0]
+
+
+def dependency_wheel(name: str, cache: Path, variable: str) -> Path:
+    """The wheel of the NAME this controller has installed, fetched once into CACHE.
+
+    The nodes install nodeprep with --no-deps (its controller-side dependencies have no place
+    there); what the node-side code imports besides the standard library is shipped this way,
+    at the version the controller runs and was tested with. pip serves it from its own cache
+    after the first time.
+    """
+    try:
+        version = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise WheelError(f"{name} is not installed here; reinstall nodeprep (make setup).") from exc
+    stem = f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
+    found = sorted(p for p in cache.glob("*.whl") if p.name.lower().startswith(stem))
+    if found:
+        return found[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    log.info("fetching the %s %s wheel for the nodes", name, version)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+         "--disable-pip-version-check", "-d", str(cache), f"{name}=={version}"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    found = sorted(p for p in cache.glob("*.whl") if p.name.lower().startswith(stem))
+    if done.returncode != 0 or not found:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+        raise WheelError(
+            f"Fetching the {name} {version} wheel for the nodes failed (pip exit "
+            f"{done.returncode}); put it in {cache} or pass its path with -e {variable}=PATH; "
+            f"pip said:\n{tail}"
+        )
+    return found[0]

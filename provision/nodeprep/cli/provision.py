@@ -176,20 +176,27 @@ def _with_rollout_vars(request: runner.RunRequest, plan: RollingPlan) -> runner.
 
 
 def _with_controller_wheel(request: runner.RunRequest, console: Console) -> runner.RunRequest:
-    """Build (once per content) the wheel of this checkout that the nodes install nodeprep from.
+    """Build (once per content) the wheel of this checkout that the nodes install nodeprep from,
+    and fetch (once) the wheel of prometheus-client, the heartbeat's metrics writer, which the
+    nodes' --no-deps install of nodeprep leaves out.
 
     A step of its own: it runs before any node is touched and can take seconds the first
-    time, so it says what it built; -e nodeprep_controller_wheel=... still wins.
+    time, so it says what it built; -e nodeprep_controller_wheel=... (or
+    nodeprep_prometheus_wheel=...) still wins.
     """
+    wheels = Path.home() / ".cache" / "nodeprep" / "wheels"
     try:
-        built = wheel.controller_wheel(Path.home() / ".cache" / "nodeprep" / "wheels")
+        built = wheel.controller_wheel(wheels)
+        if built is None:
+            return request
+        metrics = request.extra_vars.get("nodeprep_prometheus_wheel") or wheel.dependency_wheel(
+            "prometheus-client", wheels / "deps", "nodeprep_prometheus_wheel"
+        )
     except wheel.WheelError as exc:
         raise BadInput(str(exc)) from exc
-    if built is None:
-        return request
     console.print(f"nodeprep: nodes get nodeprep from {built}", markup=False, soft_wrap=True)
-    extra = {"nodeprep_controller_wheel": str(built), **request.extra_vars}
-    return dataclasses.replace(request, extra_vars=extra)
+    extra = {"nodeprep_controller_wheel": str(built), "nodeprep_prometheus_wheel": str(metrics)}
+    return dataclasses.replace(request, extra_vars={**extra, **request.extra_vars})
 
 
 def _verdict(result: runner.RunResult) -> str:

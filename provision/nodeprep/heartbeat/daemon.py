@@ -136,6 +136,7 @@ class Daemon:
         )
         for check in self.gpu_checks:
             snap.gpu.update(check.readings)
+            snap.gpu_uuid.update(check.uuids)
             snap.gpu_skipped_reason = snap.gpu_skipped_reason or check.skipped_reason
         return snap
 
@@ -144,6 +145,6 @@ class Daemon:
         if path is None:
             return
         try:
-            metrics.write_atomic(path, metrics.render(self.snapshot()))
+            metrics.write(path, self.snapshot())
         except OSError as err:
             log.error("cannot write metrics to %s: %s", path, err)

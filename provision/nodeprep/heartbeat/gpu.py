@@ -34,6 +34,7 @@ class GpuCheck:
         self.skipped_reason = missing if nvml is None else None
         self.readings: dict[str, dict[str, float]] = {}
         self.xid_counts: dict[str, int] = {}
+        self.uuids: dict[str, str] = {}  # index -> NVML UUID, read once at start
         self._handles: list[Any] = []
         self._events: Any = None
 
@@ -46,6 +47,7 @@ class GpuCheck:
         self._handles = nvml.handles(nv)
         if not self._handles:
             return "no NVIDIA GPU"
+        self.uuids = {str(i): nvml.uuid(nv, handle) for i, handle in enumerate(self._handles)}
         try:
             self._events = nv.nvmlEventSetCreate()
             for handle in self._handles:

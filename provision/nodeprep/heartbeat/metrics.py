@@ -1,21 +1,27 @@
-"""Prometheus textfile output (node_exporter's textfile collector), written atomically.
+"""Prometheus textfile output (node_exporter's textfile collector), through prometheus_client.
 
-node_exporter may read the file at any instant, so it is written to a temporary file
-in the same directory (same filesystem) and renamed over the old one: a reader sees
-either the previous complete file or the new complete file, never a partial one.
+Each write builds a registry from one snapshot and hands it to ``write_to_textfile``, which
+writes a temporary file in the same directory and renames it over the old one: node_exporter,
+reading at any instant, sees the previous complete file or the new one, never a partial one.
+prometheus_client also formats the values (full precision: a Unix time stays exact to the
+sub-second) and types counters as counters, named with their ``_total`` suffix.
 
 ``registrations_ignored_total{reason}`` is a counter of its own rather than an action
 kind: ignoring a record is not something the watchdog did to the node, and the reason
 is a dimension of its own. Every reason is exported from the start (0 until it
-happens), so ``increase()`` sees the first one.
+happens), so ``increase()`` sees the first one. GPUs are labelled by index and UUID, as
+dcgm-exporter labels them, so a series follows the board when indices are renumbered.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from nodeprep.contract import IgnoreReason
 from nodeprep.heartbeat.state import State
@@ -47,94 +53,99 @@ class Snapshot:
     gpu: dict[str, dict[str, float]] = field(default_factory=dict)
     gpu_skipped_reason: str | None = None
     registrations_ignored: dict[str, int] = field(default_factory=dict)
+    gpu_uuid: dict[str, str] = field(default_factory=dict)  # index -> NVML UUID
 
 
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _gauge(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", help_text, labels=labels)
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+def _counter(name: str, help_text: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", help_text, labels=labels)
 
-    def family(self, name: str, help_text: str, kind: str = "gauge") -> None:
-        self.lines += [f"# HELP {PREFIX}_{name} {help_text}", f"# TYPE {PREFIX}_{name} {kind}"]
 
-    def sample(self, name: str, labels: dict[str, str], value: float) -> None:
-        inner = ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items())
-        self.lines.append(f"{PREFIX}_{name}{{{inner}}} {value:.6g}")
+def families(snap: Snapshot) -> Iterator[Metric]:
+    """The metric families of one snapshot, in the order the textfile lists them."""
+    up = _gauge("probe_up", "1 if the probe's last attempt succeeded, 0 if it failed.",
+                ["probe", "type"])  # fmt: skip
+    latency = _gauge("probe_latency_seconds", "Duration of the probe's last attempt.", ["probe"])
+    failures = _gauge("probe_consecutive_failures", "Failures in a row for the probe.", ["probe"])
+    state = _gauge("probe_state",
+                   "1 for the probe's current state (healthy/suspect/failed/skipped).",
+                   ["probe", "state"])  # fmt: skip
+    for p in snap.probes:
+        if p.up is not None:
+            up.add_metric([p.name, p.type], 1.0 if p.up else 0.0)
+        if p.latency_s is not None:
+            latency.add_metric([p.name], p.latency_s)
+        failures.add_metric([p.name], p.consecutive_failures)
+        for s in State:
+            state.add_metric([p.name, s.value], float(p.state is s))
+    yield from (up, latency, failures, state)
+    node = _gauge("node_state", "1 for the node's current state.", ["state"])
+    for s in State:
+        node.add_metric([s.value], float(snap.node is s))
+    yield node
+    actions = _counter("actions", "Actions taken since the daemon started.", ["action"])
+    for action, count in sorted(snap.actions_total.items()):
+        actions.add_metric([action], count)
+    yield actions
+    last = _gauge("last_action_timestamp_seconds", "Unix time of the last action of each kind.",
+                  ["action"])  # fmt: skip
+    for action, when in sorted(snap.last_action_time.items()):
+        last.add_metric([action], when)
+    yield last
+    if snap.last_checkpoint_latency_s is not None:
+        latency = _gauge("detect_to_checkpoint_seconds",
+                         "Last detection to committed emergency checkpoint.", [])  # fmt: skip
+        latency.add_metric([], snap.last_checkpoint_latency_s)
+        yield latency
+    ignored = _counter("registrations_ignored",
+                       "Trainer registrations ignored (never signalled) since the daemon "
+                       "started, by reason.", ["reason"])  # fmt: skip
+    for reason in IgnoreReason:
+        ignored.add_metric([reason.value], snap.registrations_ignored.get(reason.value, 0))
+    yield ignored
+    yield from _gpu_families(snap)
+
+
+def _gpu_families(snap: Snapshot) -> Iterator[Metric]:
+    if snap.gpu_skipped_reason is not None:
+        skipped = _gauge("gpu_check_skipped", "1 when GPU checks are skipped; the label says why.",
+                         ["reason"])  # fmt: skip
+        skipped.add_metric([snap.gpu_skipped_reason], 1.0)
+        yield skipped
+    for metric in sorted({metric for reading in snap.gpu.values() for metric in reading}):
+        # A reading named *_total counts since the daemon started: a counter (prometheus_client
+        # keeps the suffix for the sample and drops it from the family's name).
+        kind = _counter if metric.endswith("_total") else _gauge
+        family = kind(f"gpu_{metric}", f"NVML reading {metric} per GPU.", ["gpu", "uuid"])
+        for index, reading in sorted(snap.gpu.items()):
+            if metric in reading:
+                family.add_metric([index, snap.gpu_uuid.get(index, "")], reading[metric])
+        yield family
+
+
+class _Collector(Collector):
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+
+    def collect(self) -> Iterator[Metric]:
+        return families(self.snap)
+
+
+def registry(snap: Snapshot) -> CollectorRegistry:
+    """A registry that holds exactly this snapshot's metrics."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Collector(snap))
+    return reg
 
 
 def render(snap: Snapshot) -> str:
     """The textfile content for one snapshot."""
-    w = _Writer()
-    w.family("probe_up", "1 if the probe's last attempt succeeded, 0 if it failed.")
-    for p in snap.probes:
-        if p.up is not None:
-            w.sample("probe_up", {"probe": p.name, "type": p.type}, 1.0 if p.up else 0.0)
-    w.family("probe_latency_seconds", "Duration of the probe's last attempt.")
-    for p in snap.probes:
-        if p.latency_s is not None:
-            w.sample("probe_latency_seconds", {"probe": p.name}, p.latency_s)
-    w.family("probe_consecutive_failures", "Failures in a row for the probe.")
-    for p in snap.probes:
-        w.sample("probe_consecutive_failures", {"probe": p.name}, p.consecutive_failures)
-    w.family("probe_state", "1 for the probe's current state (healthy/suspect/failed/skipped).")
-    for p in snap.probes:
-        for s in State:
-            w.sample("probe_state", {"probe": p.name, "state": s.value}, float(p.state is s))
-    w.family("node_state", "1 for the node's current state.")
-    for s in State:
-        w.sample("node_state", {"state": s.value}, float(snap.node is s))
-    w.family("actions_total", "Actions taken since the daemon started.")
-    for action, count in sorted(snap.actions_total.items()):
-        w.sample("actions_total", {"action": action}, count)
-    w.family("last_action_timestamp_seconds", "Unix time of the last action of each kind.")
-    for action, when in sorted(snap.last_action_time.items()):
-        w.sample("last_action_timestamp_seconds", {"action": action}, when)
-    if snap.last_checkpoint_latency_s is not None:
-        w.family(
-            "detect_to_checkpoint_seconds", "Last detection to committed emergency checkpoint."
-        )
-        w.sample("detect_to_checkpoint_seconds", {}, snap.last_checkpoint_latency_s)
-    _render_ignored(w, snap)
-    _render_gpu(w, snap)
-    return "\n".join(w.lines) + "\n"
+    return generate_latest(registry(snap)).decode("utf-8")
 
 
-def _render_ignored(w: _Writer, snap: Snapshot) -> None:
-    w.family(
-        "registrations_ignored_total",
-        "Trainer registrations ignored (never signalled) since the daemon started, by reason.",
-        "counter",
-    )
-    for reason in IgnoreReason:
-        count = snap.registrations_ignored.get(reason.value, 0)
-        w.sample("registrations_ignored_total", {"reason": reason.value}, count)
-
-
-def _render_gpu(w: _Writer, snap: Snapshot) -> None:
-    if snap.gpu_skipped_reason is not None:
-        w.family("gpu_check_skipped", "1 when GPU checks are skipped; the label says why.")
-        w.sample("gpu_check_skipped", {"reason": snap.gpu_skipped_reason}, 1.0)
-    names = sorted({metric for reading in snap.gpu.values() for metric in reading})
-    for metric in names:
-        w.family(f"gpu_{metric}", f"NVML reading {metric} per GPU.")
-        for index, reading in sorted(snap.gpu.items()):
-            if metric in reading:
-                w.sample(f"gpu_{metric}", {"gpu": index}, reading[metric])
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write(path: Path, snap: Snapshot) -> None:
+    """Replace the textfile at ``path`` with this snapshot, atomically (temporary file, rename)."""
+    write_to_textfile(str(path), registry(snap))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hb_converge import REPO, Converger
 
+from nodeprep import wheel as wheels
 from nspawn_node import Container, booted
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "heartbeat"))
@@ -25,6 +26,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     return next(out.glob("nodeprep-*.whl"))
+
+
+@pytest.fixture(scope="session")
+def metrics_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """prometheus-client at this controller's version, as `nodeprep provision` ships it."""
+    out = tmp_path_factory.mktemp("deps")
+    return wheels.dependency_wheel("prometheus-client", out, "nodeprep_prometheus_wheel")
 
 
 @pytest.fixture(scope="session")
@@ -56,5 +64,8 @@ def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
 
 
 @pytest.fixture(scope="module")
-def converge(container: Container, tmp_path_factory: pytest.TempPathFactory) -> Converger:
-    return Converger(container, tmp_path_factory.mktemp("ansible"))
+def converge(
+    container: Container, tmp_path_factory: pytest.TempPathFactory, metrics_wheel: Path
+) -> Converger:
+    defaults = {"nodeprep_prometheus_wheel": str(metrics_wheel)}
+    return Converger(container, tmp_path_factory.mktemp("ansible"), defaults)

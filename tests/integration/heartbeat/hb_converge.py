@@ -32,9 +32,10 @@ class Converge:
 class Converger:
     """Runs converge.yml into the container with a given set of role variables."""
 
-    def __init__(self, box: Container, workdir: Path) -> None:
+    def __init__(self, box: Container, workdir: Path, defaults: dict[str, Any]) -> None:
         self.box = box
         self.workdir = workdir
+        self.defaults = defaults  # what `nodeprep provision` would pass; VARIABLES win
         shim = box.chroot_shim(workdir / "enter-container")
         (workdir / "inventory.ini").write_text(
             f"node ansible_connection=community.general.chroot ansible_host={box.root} "
@@ -43,7 +44,7 @@ class Converger:
 
     def __call__(self, variables: dict[str, Any]) -> Converge:
         varfile = self.workdir / "vars.json"
-        varfile.write_text(json.dumps(variables))
+        varfile.write_text(json.dumps({**self.defaults, **variables}))
         env = dict(
             os.environ,
             ANSIBLE_ROLES_PATH=str(REPO / "roles"),

@@ -106,6 +106,8 @@ def test_gpu_overheat_trips_with_hysteresis_and_is_exported(
     wait_for(
         lambda: prom.exists() and "gpu_temperature_celsius" in prom.read_text(), 5, "GPU metrics"
     )
+    # Labelled by index and by the UUID NVML reported for that board.
+    assert 'gpu="0",uuid="GPU-00000000-fake-4e50-8000-000000000000"' in prom.read_text()
     gpus[0].temperature_c = 95
     wait_for(lambda: hb.trips, 5, "an overheat trip")
     assert hb.trips[0][2] == "gpu0 temperature 95 C > 85 C"

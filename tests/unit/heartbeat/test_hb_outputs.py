@@ -38,7 +38,8 @@ def test_daemon_writes_prometheus_textfile(
     assert 'nodeprep_heartbeat_node_state{state="failed"} 1' in text
     assert 'nodeprep_heartbeat_probe_state{probe="web",state="failed"} 1' in text
     assert "# TYPE nodeprep_heartbeat_probe_latency_seconds gauge" in text
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    # write_to_textfile's temporary file (heartbeat.prom.PID.TID) never stays behind.
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("heartbeat.prom.")] == []
 
 
 def test_reader_never_sees_a_partial_file(tmp_path: Path) -> None:
@@ -46,8 +47,9 @@ def test_reader_never_sees_a_partial_file(tmp_path: Path) -> None:
     big = [
         metrics.ProbeReading(f"p{i}", "tcp", State.HEALTHY, True, 0.001 * i, 0) for i in range(400)
     ]
-    expected = {n: metrics.render(metrics.Snapshot(big[:n], State.HEALTHY)) for n in (1, 400)}
-    metrics.write_atomic(path, expected[1])
+    snaps = {n: metrics.Snapshot(big[:n], State.HEALTHY) for n in (1, 400)}
+    expected = {n: metrics.render(snap) for n, snap in snaps.items()}
+    metrics.write(path, snaps[1])
     stop = threading.Event()
     seen: list[str] = []
 
@@ -58,7 +60,7 @@ def test_reader_never_sees_a_partial_file(tmp_path: Path) -> None:
     reader = threading.Thread(target=read)
     reader.start()
     for i in range(300):
-        metrics.write_atomic(path, expected[400 if i % 2 else 1])
+        metrics.write(path, snaps[400 if i % 2 else 1])
     stop.set()
     reader.join()
     assert len(seen) > 50

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from collection_plugins import load
+from nodeprep.heartbeat import metrics
+from nodeprep.heartbeat.state import State
 
 status = load("heartbeat_status")
 PARAMS: dict[str, Any] = {
@@ -83,6 +85,15 @@ def test_missing_stale_and_future_metrics_fail_with_the_reason() -> None:
     assert not future["passed"]
     assert "300 s in the future by this node's clock" in future["detail"]
     assert not verdicts(HEALTHY, metrics="")["heartbeat.probes"]["passed"]
+
+
+def test_failed_probes_are_read_from_what_the_daemon_writes() -> None:
+    probes = [
+        metrics.ProbeReading("gateway", "tcp", State.HEALTHY, True, 0.01, 0),
+        metrics.ProbeReading("gpu", "gpu", State.FAILED, False, 0.02, 3),
+    ]
+    text = metrics.render(metrics.Snapshot(probes, State.FAILED))
+    assert status.failed_probes(text) == ["gpu"]
 
 
 def test_failed_probes_are_named_once() -> None:
