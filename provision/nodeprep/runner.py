@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeprep import paths
+from nodeprep import ansible_config, paths
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,38 @@ _OUTCOMES = {
 
 
 @dataclass(frozen=True)
+class Connection:
+    """How to reach and become root on the nodes, named as ansible-playbook names the options.
+
+    ``passwords`` maps the prompt ansible-playbook prints (a regex, as ansible-runner takes
+    it) to the answer; the CLI asks the user for them, so they never reach a command line,
+    a file or a log.
+    """
+
+    user: str | None = None
+    private_key: Path | None = None
+    become: bool = False
+    ask_become_pass: bool = False
+    vault_password_file: Path | None = None
+    ask_vault_pass: bool = False
+    passwords: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def cmdline(self) -> list[str]:
+        args = ["--user", self.user] if self.user else []
+        args += ["--private-key", str(self.private_key.resolve())] if self.private_key else []
+        args += ["--become"] if self.become else []
+        args += ["--ask-become-pass"] if self.ask_become_pass else []
+        if self.vault_password_file:
+            args += ["--vault-password-file", str(self.vault_password_file.resolve())]
+        args += ["--ask-vault-pass"] if self.ask_vault_pass else []
+        return args
+
+
+BECOME_PROMPT = r"^BECOME password.*:\s*?$"
+VAULT_PROMPT = r"^Vault password.*:\s*?$"
+
+
+@dataclass(frozen=True)
 class RunRequest:
     """One playbook run, as the CLI asked for it."""
 
@@ -51,6 +84,9 @@ class RunRequest:
     extra_vars: Mapping[str, Any] = field(default_factory=dict)
     verbosity: int = 0
     fast: bool = False  # the mitogen strategy: one Python per node instead of one per task
+    connection: Connection = field(default_factory=Connection)
+    # The user's own Ansible config (as Ansible would find it), laid over the project's.
+    user_config: Path | None = None
 
 
 class FastModeUnavailable(RuntimeError):
@@ -139,9 +175,13 @@ class RunResult:
         return EXIT_OK
 
 
-def build_runner_kwargs(request: RunRequest, private_data_dir: Path) -> dict[str, Any]:
-    """Keyword arguments for ``ansible_runner.run``; no side effects."""
+def build_runner_kwargs(
+    request: RunRequest, private_data_dir: Path, config: Path | None = None
+) -> dict[str, Any]:
+    """Keyword arguments for ``ansible_runner.run``; no side effects. CONFIG: the run's
+    Ansible config (the project's, with the user's over it), else the project's own."""
     cmdline = [flag for flag, on in (("--check", request.check), ("--diff", request.diff)) if on]
+    cmdline += request.connection.cmdline()
     kwargs: dict[str, Any] = {
         "private_data_dir": str(private_data_dir),
         "project_dir": str(request.playbook.parent),
@@ -151,7 +191,7 @@ def build_runner_kwargs(request: RunRequest, private_data_dir: Path) -> dict[str
         "envvars": {
             # The ansible-playbook installed beside nodeprep, also when its venv is not active.
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
+            "ANSIBLE_CONFIG": str(config or paths.ansible_cfg()),
             "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
             # This copy of nodeprep.hardening first; the `ansible` package's collections
             # (community.general, amazon.aws) are still found on Python's path.
@@ -169,7 +209,8 @@ def build_runner_kwargs(request: RunRequest, private_data_dir: Path) -> dict[str
         "tags": ",".join(request.tags),
         "skip_tags": ",".join(request.skip_tags),
         "forks": request.forks,
-        "cmdline": " ".join(cmdline),
+        "cmdline": shlex.join(cmdline),
+        "passwords": dict(request.connection.passwords),
     }
     kwargs.update({key: value for key, value in optional.items() if value})
     return kwargs
@@ -269,8 +310,10 @@ def run(request: RunRequest, on_progress: Callable[[Progress], None] | None = No
     private_dir = Path(tempfile.mkdtemp(prefix="nodeprep-run-"))
     try:
         paths.link_collection(private_dir / COLLECTIONS_SUBDIR)
-        kwargs = build_runner_kwargs(request, private_dir)
-        log.debug("ansible-runner kwargs: %s", kwargs)
+        config = ansible_config.layered(request.user_config, private_dir / "ansible.cfg")
+        kwargs = build_runner_kwargs(request, private_dir, config)
+        shown = {**kwargs, "passwords": dict.fromkeys(kwargs.get("passwords", {}), "********")}
+        log.debug("ansible-runner kwargs: %s", shown)
         outcome = ansible_runner.run(event_handler=collector, **kwargs)
         return RunResult(
             status=str(outcome.status),

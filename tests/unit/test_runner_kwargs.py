@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_minimal_request(tmp_path: Path) -> None:
     assert kwargs["envvars"]["ANSIBLE_COLLECTIONS_PATH"] == str(collections)
     assert not collections.exists()  # building the kwargs has no side effects
     assert kwargs["envvars"]["PATH"].startswith(str(Path(sys.executable).parent))
-    for absent in ("limit", "tags", "skip_tags", "forks", "cmdline"):
+    for absent in ("limit", "tags", "skip_tags", "forks", "cmdline", "passwords"):
         assert absent not in kwargs
 
 
@@ -52,6 +53,27 @@ def test_full_request(tmp_path: Path) -> None:
     assert kwargs["cmdline"] == "--check --diff"
     assert kwargs["extravars"] == {"a": 1}
     assert kwargs["verbosity"] == 2
+
+
+def test_connection_options_reach_ansible_playbook_as_it_names_them(tmp_path: Path) -> None:
+    key = tmp_path / "my keys" / "fleet.pem"
+    connection = runner.Connection(
+        user="ubuntu", private_key=key, become=True, ask_become_pass=True,
+        vault_password_file=tmp_path / "vault.txt",
+        passwords={runner.BECOME_PROMPT: "s3cret"},
+    )  # fmt: skip
+    request = runner.RunRequest(
+        playbook=paths.playbook("verify.yml"), inventory=tmp_path / "inv.ini",
+        check=True, connection=connection,
+    )  # fmt: skip
+    kwargs = runner.build_runner_kwargs(request, tmp_path, tmp_path / "run.cfg")
+    assert shlex.split(kwargs["cmdline"]) == [
+        "--check", "--user", "ubuntu", "--private-key", str(key), "--become",
+        "--ask-become-pass", "--vault-password-file", str(tmp_path / "vault.txt"),
+    ]  # fmt: skip
+    assert kwargs["passwords"] == {runner.BECOME_PROMPT: "s3cret"}
+    assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(tmp_path / "run.cfg")
+    assert "s3cret" not in repr(connection)
 
 
 def test_exit_code_mapping() -> None:

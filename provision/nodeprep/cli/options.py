@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +12,7 @@ from typing import Any, TypeVar
 import click
 import yaml
 
-from nodeprep import runner
+from nodeprep import ansible_config, runner
 from nodeprep.cli.errors import BadInput
 from nodeprep.inventory import source
 from nodeprep.textfile import TextFileError, read_text
@@ -186,3 +188,67 @@ def run_options(func: F) -> F:
     for decorator in reversed(decorators):
         func = decorator(func)
     return func
+
+
+_KEY_FILE = click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
+_CONNECTION_OPTIONS = [
+    click.option("--user", "-u", metavar="USER", help="Connect as this user (remote_user)."),
+    click.option("--private-key", type=_KEY_FILE, help="SSH private key file for the connection."),
+    click.option("--become", "-b", is_flag=True, help="Run operations with become (sudo)."),
+    click.option("--ask-become-pass", "-K", is_flag=True, help="Ask for the become password."),
+    click.option("--vault-password-file", type=_KEY_FILE, help="Vault password file."),
+    click.option("--ask-vault-pass", "-J", is_flag=True, help="Ask for the vault password."),
+]
+
+
+def connection_options(func: F) -> F:
+    """ansible-playbook's connection, become and vault options, passed on as ``connection``."""
+
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any,
+        user: str | None,
+        private_key: Path | None,
+        become: bool,
+        ask_become_pass: bool,
+        vault_password_file: Path | None,
+        ask_vault_pass: bool,
+        **kwargs: Any,
+    ) -> Any:
+        if user is not None and not user.strip():
+            raise BadInput("--user is empty; give the login name to connect as.")
+        if vault_password_file and ask_vault_pass:
+            raise BadInput("--vault-password-file and --ask-vault-pass exclude each other; "
+                           "give one.")  # fmt: skip
+        connection = runner.Connection(
+            user, private_key, become, ask_become_pass, vault_password_file, ask_vault_pass
+        )
+        return func(*args, connection=connection, **kwargs)
+
+    for decorator in reversed(_CONNECTION_OPTIONS):
+        wrapper = decorator(wrapper)
+    return wrapper  # type: ignore[return-value]
+
+
+def ask_passwords(request: runner.RunRequest) -> runner.RunRequest:
+    """REQUEST with the passwords its -K / -J ask for, read from the terminal (not echoed)."""
+    connection, answers = request.connection, {}
+    if connection.ask_become_pass:
+        answers[runner.BECOME_PROMPT] = click.prompt("BECOME password", hide_input=True)
+    if connection.ask_vault_pass:
+        answers[runner.VAULT_PROMPT] = click.prompt("Vault password", hide_input=True)
+    if not answers:
+        return request
+    asked = dataclasses.replace(connection, passwords=answers)
+    return dataclasses.replace(request, connection=asked)
+
+
+def user_ansible_config() -> Path | None:
+    """The user's own Ansible config (where Ansible would look), checked before any run."""
+    found = ansible_config.user_config()
+    if found is not None:
+        try:
+            ansible_config.read(found)
+        except ansible_config.ConfigError as exc:
+            raise BadInput(str(exc)) from exc
+    return found

@@ -14,11 +14,14 @@ from nodeprep import inventory as inventory_mod
 from nodeprep import paths, rollout, runner, wheel
 from nodeprep.cli.errors import BadInput
 from nodeprep.cli.options import (
+    ask_passwords,
+    connection_options,
     fast_option,
     merge_extra_vars,
     refuse_fast_without_mitogen,
     run_options,
     split_csv,
+    user_ansible_config,
 )
 from nodeprep.cli.progress import ProgressView, print_recap, summary, write_json
 
@@ -44,6 +47,7 @@ from nodeprep.cli.progress import ProgressView, print_recap, summary, write_json
     help="Batch sizes of the rolling roles: node counts or percentages; the last repeats.",
 )
 @fast_option
+@connection_options
 def provision(
     inventory: Path,
     limit: str | None,
@@ -60,6 +64,7 @@ def provision(
     canary: str | None,
     batches: str,
     fast: bool,
+    connection: runner.Connection,
 ) -> None:
     """Apply the hardening roles to every node of INVENTORY.
 
@@ -76,6 +81,10 @@ def provision(
       nodeprep provision inventory.ini --tags preflight --check
       nodeprep provision inventory.ini -l gpu01 -e preflight_min_free_gb=50 --json out.json
       nodeprep provision inventory.ini --canary gpu07 --batches 1,25%,100%
+      nodeprep provision inventory.ini -u ubuntu --private-key ~/.ssh/fleet.pem -b
+
+    Ansible settings come from nodeprep's ansible.cfg with the user's own (ANSIBLE_CONFIG,
+    ./ansible.cfg, ~/.ansible.cfg or /etc/ansible/ansible.cfg, as Ansible finds it) over it.
     """
     try:
         serial: list[int | str] = rollout.parse_serial(batches) if rolling else ["100%"]
@@ -93,6 +102,8 @@ def provision(
         extra_vars=merge_extra_vars(extra_vars),
         verbosity=verbosity,
         fast=fast,
+        connection=connection,
+        user_config=user_ansible_config(),
     )
     refuse_fast_without_mitogen(fast)
     rolling_plan = RollingPlan(serial, canary)
@@ -140,6 +151,7 @@ def run_playbook(
         markup=False,
         soft_wrap=True,
     )
+    request = ask_passwords(request)
     started = time.monotonic()
     with ProgressView(console, hosts) as view:
         result = runner.run(request, on_progress=view)

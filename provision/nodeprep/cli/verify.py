@@ -15,6 +15,8 @@ from nodeprep import inventory as inventory_mod
 from nodeprep import paths, report, runner
 from nodeprep.cli.errors import BadInput
 from nodeprep.cli.options import (
+    ask_passwords,
+    connection_options,
     extra_vars_option,
     fast_option,
     forks_option,
@@ -22,6 +24,7 @@ from nodeprep.cli.options import (
     merge_extra_vars,
     refuse_fast_without_mitogen,
     split_csv,
+    user_ansible_config,
     verbose_option,
 )
 from nodeprep.cli.progress import write_json
@@ -99,6 +102,7 @@ class _Progress:
 @extra_vars_option
 @verbose_option
 @fast_option
+@connection_options
 def verify(
     inventory: Path,
     limit: str | None,
@@ -111,6 +115,7 @@ def verify(
     extra_vars: tuple[dict[str, Any], ...],
     verbosity: int,
     fast: bool,
+    connection: runner.Connection,
 ) -> None:
     """Check every node of INVENTORY and report each check as pass, fail or skip.
 
@@ -144,6 +149,8 @@ def verify(
         extra_vars=variables,
         verbosity=verbosity,
         fast=fast,
+        connection=connection,
+        user_config=user_ansible_config(),
     )
     raise SystemExit(run_verify(request, selectors, json_path, junit_path))
 
@@ -160,6 +167,7 @@ def run_verify(
     except inventory_mod.InventoryError as exc:
         raise BadInput(str(exc)) from exc
     console = Console(highlight=False)
+    request = ask_passwords(request)
     console.print(f"nodeprep verify: {len(hosts)} host(s): {', '.join(hosts)}", markup=False)
     started = time.monotonic()
     result = runner.run(request, on_progress=_Progress(console, selectors))
