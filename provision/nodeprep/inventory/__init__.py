@@ -65,14 +65,24 @@ def load(path_like: str | os.PathLike[str], limit: str | None = None) -> Invento
 
 
 def _parsed(text: source.InventoryText) -> tuple[Any, tuple[str, ...]]:
-    path = text.path
-    manager, problems = ansible_parse.parse(path)
+    path, plugin = text.path, text.plugin
+    manager, problems = ansible_parse.parse(path, plugin is not None)
+    if problems and plugin is not None:
+        raise InventoryError(
+            f"inventory {path}: the {plugin} inventory plugin failed ({problems[0]}); fix its "
+            "settings there (plugin name, filters, regions, credentials)."
+        )
     if problems:
         raise InventoryError(
             f"inventory {path}{ansible_parse.locate(text.text, problems[0])} could not be "
             f"parsed ({problems[0]}); fix the INI or YAML syntax there."
         )
     hosts = tuple(sorted(host.name for host in manager.get_hosts(ignore_restrictions=True)))
+    if not hosts and plugin is not None:
+        raise InventoryError(
+            f"inventory {path}: the {plugin} inventory plugin found no hosts; check its filters "
+            "and regions, and that its credentials see the fleet."
+        )
     if not hosts:
         raise InventoryError(
             f"inventory {path} defines no hosts; add at least one host line (e.g. 'node1 "

@@ -30,14 +30,26 @@ class Captured:
         return self.errors + [w for w in self.warnings if _PARSE_FAILURE_RE.search(w)]
 
 
-def parse(path: Path) -> tuple[Any, list[str]]:
-    """An InventoryManager over ``path`` and its parse failures, most specific first."""
+def _collection_loader() -> None:
+    """Let this process load collection plugins (amazon.aws.aws_ec2 and other dynamic
+    inventories), as ansible-playbook's CLI does before it reads an inventory; once."""
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+
+    if AnsibleCollectionConfig.collection_finder is None:
+        init_plugin_loader()
+
+
+def parse(path: Path, plugin: bool = False) -> tuple[Any, list[str]]:
+    """An InventoryManager over ``path`` and its parse failures, most specific first
+    (PLUGIN: the file is a plugin config, whose failures the 'auto' plugin reports)."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
+    _collection_loader()
     with captured_display() as captured:
         manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
-    return manager, most_specific_first(path, captured.parse_failures())
+    return manager, most_specific_first(path, captured.parse_failures(), plugin)
 
 
 def variables_of(manager: Any, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -60,7 +72,7 @@ def captured_display() -> Iterator[Captured]:
 
     display = inventory_manager.display
     captured = Captured()
-    saved = {name: getattr(display, name) for name in ("warning", "error_as_warning")}
+    saved = {name: getattr(display, name) for name in ("warning", "error_as_warning", "deprecated")}
 
     def warning(msg: str, *args: Any, **kwargs: Any) -> None:
         captured.warnings.append(str(msg))
@@ -72,6 +84,7 @@ def captured_display() -> Iterator[Captured]:
 
     display.warning = warning
     display.error_as_warning = error_as_warning
+    display.deprecated = warning  # a plugin's deprecation notice (amazon.aws has some) is advice
     try:
         yield captured
     finally:
@@ -86,9 +99,12 @@ def _first_line(exc: BaseException | None) -> str:
     return str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
 
 
-def most_specific_first(path: Path, problems: list[str]) -> list[str]:
-    """Put the plugin failure that matches the file's kind first (ini for .ini, yaml for .yml)."""
-    preferred = "'yaml'" if path.suffix in (".yml", ".yaml", ".json") else "'ini'"
+def most_specific_first(path: Path, problems: list[str], plugin: bool = False) -> list[str]:
+    """Put the plugin failure that matches the file's kind first (ini for .ini, yaml for .yml,
+    auto for a plugin config such as an aws_ec2 file)."""
+    preferred = (
+        "'auto'" if plugin else "'yaml'" if path.suffix in (".yml", ".yaml", ".json") else "'ini'"
+    )
     details = [p for p in problems if p.startswith("Failed to parse inventory with")]
     ordered = sorted(details, key=lambda p: preferred not in p)
     cleaned = [

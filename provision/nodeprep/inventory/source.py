@@ -42,6 +42,18 @@ class InventoryText:
     def is_yaml(self) -> bool:
         return self.path.suffix.lower() in YAML_SUFFIXES
 
+    @property
+    def plugin(self) -> str | None:
+        """The inventory plugin a YAML plugin config names (``plugin: amazon.aws.aws_ec2``)."""
+        if not self.is_yaml:
+            return None
+        try:
+            data = yaml.safe_load(self.text)
+        except yaml.YAMLError:
+            return None
+        name = data.get("plugin") if isinstance(data, dict) else None
+        return name if isinstance(name, str) and name.strip() else None
+
 
 def read_guarded(path: Path) -> InventoryText:
     """The file's text, or :class:`SourceError` for anything no real inventory looks like."""
