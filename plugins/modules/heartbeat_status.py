@@ -8,9 +8,8 @@ import re
 import time
 from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.nodeprep.hardening.plugins.module_utils.marker import MARKER_DIR, gate
 from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
+from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
 
 DOCUMENTATION = r"""
 module: heartbeat_status
@@ -24,28 +23,16 @@ description:
     provisioned, a keep-alive within it, no automatic restart), C(heartbeat.metrics) (the
     textfile was rewritten within three metrics intervals, at least 30 s) and
     C(heartbeat.probes) (no probe in the failed state).
-  - The settings judged against are the options given or, without I(metrics_path), those
-    the heartbeat role recorded in its applied marker.
   - Reads only; never changes the node.
 options:
-  service:
-    description: The systemd unit of the watchdog.
-    type: str
-    default: nodeprep-heartbeat.service
-  metrics_path:
-    description: The Prometheus textfile the daemon rewrites.
-    type: path
-  metrics_interval_s:
-    description: How often the daemon rewrites the textfile, in seconds (with I(metrics_path)).
-    type: float
-  watchdog_sec:
-    description: The C(WatchdogSec) the role set on the unit, in seconds (with I(metrics_path)).
-    type: float
-  probes:
-    description: The names of the configured probes, for the detail of C(heartbeat.probes).
-    type: list
-    elements: str
-    default: []
+  expect:
+    description:
+      - What to judge against - the role's marker data - C(service) (the systemd unit),
+        C(metrics_path) (the textfile the daemon rewrites), C(metrics_interval_s),
+        C(watchdog_sec) (the C(WatchdogSec) the role set, in seconds) and C(probes) (the
+        configured probes' names). Without it, the module reads the heartbeat role's
+        marker from I(marker_dir).
+    type: dict
 extends_documentation_fragment:
   - nodeprep.hardening.marker
 notes:
@@ -61,9 +48,12 @@ EXAMPLES = r"""
 
 - name: Judge a watchdog set up some other way.
   nodeprep.hardening.heartbeat_status:
-    metrics_path: /var/lib/node_exporter/textfile/nodeprep_heartbeat.prom
-    metrics_interval_s: 15
-    watchdog_sec: 60
+    expect:
+      service: nodeprep-heartbeat.service
+      metrics_path: /var/lib/node_exporter/textfile/nodeprep_heartbeat.prom
+      metrics_interval_s: 15
+      watchdog_sec: 60
+      probes: [gateway, gpu]
   register: heartbeat
   check_mode: false
 """
@@ -90,7 +80,7 @@ checks:
 """
 
 NAMES = ["service", "watchdog", "metrics", "probes"]
-# The settings the role records in its marker, judged against when no option names them.
+# The settings the role records in its marker, each needed to judge.
 SETTINGS = ("service", "metrics_path", "metrics_interval_s", "watchdog_sec", "probes")
 PROPERTIES = (
     "ActiveState",
@@ -209,36 +199,18 @@ def judge(
 
 
 def main() -> None:
-    started = time.time()
-    module = AnsibleModule(
-        argument_spec={
-            "service": {"type": "str", "default": "nodeprep-heartbeat.service"},
-            "metrics_path": {"type": "path"},
-            "metrics_interval_s": {"type": "float"},
-            "watchdog_sec": {"type": "float"},
-            "probes": {"type": "list", "elements": "str", "default": []},
-            "marker_dir": {"type": "path", "default": MARKER_DIR},
-        },
-        required_by={"metrics_path": ("metrics_interval_s", "watchdog_sec")},
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params["metrics_path"] is None:
-        applied, unapplied = gate("heartbeat", NAMES, params["marker_dir"])
-        if applied is None:
-            module.exit_json(changed=False, started=started, checks=unapplied)
-            return
-        lacking = [key for key in SETTINGS if applied.get(key) in (None, "")]
-        if lacking:
-            problem = (
-                f"The heartbeat applied marker lacks {', '.join(lacking)}; run `nodeprep "
-                "provision --tags heartbeat` again to rewrite it."
-            )
-            checks = [{"check": f"heartbeat.{n}", "passed": False, "skip": "", "detail": problem}
-                      for n in NAMES]  # fmt: skip
-            module.exit_json(changed=False, started=started, checks=checks)
-            return
-        params = {**params, **{key: applied[key] for key in SETTINGS}}
+    module, expect, started = begin("heartbeat", NAMES)
+    lacking = [key for key in SETTINGS if expect.get(key) in (None, "")]
+    if lacking:
+        problem = (
+            f"The heartbeat applied marker lacks {', '.join(lacking)}; run `nodeprep "
+            "provision --tags heartbeat` again to rewrite it."
+        )
+        checks = [{"check": f"heartbeat.{n}", "passed": False, "skip": "", "detail": problem}
+                  for n in NAMES]  # fmt: skip
+        module.exit_json(changed=False, started=started, checks=checks)
+        return
+    params = {key: expect[key] for key in SETTINGS}
     args = ["systemctl", "show", params["service"]] + [f"--property={p}" for p in PROPERTIES]
     rc, out, err = probe(module, args)
     if rc != 0:
