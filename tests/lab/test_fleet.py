@@ -38,8 +38,10 @@ from nodeprep.lab.state import LabState, load_state
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
 NODES = ("node1", "node2")
+# tmux is on by default (Debian 13's own, for the lab's login user).
 PASSED = {"preflight.os", "heartbeat.service", "heartbeat.probes", "volume_grow.size",
-          "disk.writable", "checkpoint.newest"}  # fmt: skip
+          "disk.writable", "checkpoint.newest",
+          "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival"}  # fmt: skip
 
 
 @pytest.fixture

@@ -25,9 +25,8 @@ NODE_VARS: dict[str, Any] = {
     "node_checks_disk_paths": [{"path": "/data", "min_size_gb": 0.9, "min_free_gb": 0.2}],
     "node_checks_checkpoint_dirs": [CKPT],
 }
-# A lab node has no GPU and no torch; tmux, apptainer and the bond are not applied by default.
+# A lab node has no GPU and no torch; apptainer and the bond are not applied by default.
 SKIPPED = {"gpu.driver", "gpu.count", "gpu.temperature", "gpu.ecc", "gpu.xid", "smoke.drill",
-           "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival",
            "apptainer.present", "apptainer.image_hash", "apptainer.runs",
            "nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up", "nic_bond.active_member",
            "nic_bond.peer"}  # fmt: skip
