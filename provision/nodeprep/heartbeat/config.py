@@ -13,7 +13,7 @@ from typing import Any
 
 from nodeprep import contract
 
-PROBE_TYPES = ("http", "imds", "spot_notice", "tcp", "writable", "gpu")
+PROBE_TYPES = ("http", "imds", "spot_notice", "tcp", "icmp", "writable", "gpu")
 DEFAULT_METADATA_URL = "http://169.254.169.254"
 
 
@@ -174,6 +174,13 @@ def _tcp_fields(sec: _Section) -> dict[str, Any]:
     return {"host": host, "port": port}
 
 
+def _icmp_fields(sec: _Section) -> dict[str, Any]:
+    host = sec.get("host", str)
+    if not host:
+        raise ConfigError(f"{sec.key('host')}: an icmp probe needs a host name or address.")
+    return {"host": host}
+
+
 def _writable_fields(sec: _Section) -> dict[str, Any]:
     path = sec.get("path", str)
     if not path or not Path(path).is_absolute():
@@ -197,6 +204,7 @@ _TYPED = {
     "imds": _metadata_fields,
     "spot_notice": _metadata_fields,
     "tcp": _tcp_fields,
+    "icmp": _icmp_fields,
     "writable": _writable_fields,
     "gpu": _gpu_fields,
 }

@@ -59,6 +59,7 @@ class Daemon:
             "imds": probes.imds_attempt,
             "spot_notice": probes.spot_attempt,
             "tcp": probes.tcp_attempt,
+            "icmp": probes.icmp_attempt,
             "writable": probes.writable_attempt,
         }[cfg.type]
         return factory(cfg)

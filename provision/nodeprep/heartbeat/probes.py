@@ -200,6 +200,66 @@ def tcp_attempt(cfg: ProbeConfig) -> Attempt:
     return attempt
 
 
+PING_GROUP_RANGE = "/proc/sys/net/ipv4/ping_group_range"
+
+
+def _ping_range() -> str:
+    try:
+        with open(PING_GROUP_RANGE, encoding="ascii") as handle:
+            return " ".join(handle.read().split())
+    except OSError:
+        return "unreadable"
+
+
+def _echo(family: int, address: tuple[object, ...], sequence: int, timeout: float) -> None:
+    """One ICMP echo over an unprivileged datagram socket; returns on its reply, else raises.
+
+    The kernel fills in the identifier and checksum of a datagram ICMP socket and hands it
+    only the replies to its own requests, so no raw socket (CAP_NET_RAW) is needed; the
+    daemon runs without it. Which groups may open one is net.ipv4.ping_group_range.
+    """
+    proto = socket.IPPROTO_ICMP if family == socket.AF_INET else socket.IPPROTO_ICMPV6
+    request, reply = (8, 0) if family == socket.AF_INET else (128, 129)
+    token = os.urandom(8)
+    deadline = time.monotonic() + timeout
+    with socket.socket(family, socket.SOCK_DGRAM, proto) as sock:
+        header = bytes([request, 0, 0, 0, 0, 0]) + sequence.to_bytes(2, "big")
+        sock.settimeout(timeout)
+        sock.sendto(header + token, address)
+        while True:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            data = sock.recv(1024)
+            if len(data) >= 8 and data[0] == reply and data[8:16] == token:
+                return
+
+
+def icmp_attempt(cfg: ProbeConfig) -> Attempt:
+    """An ICMP echo to host is answered within the timeout (a gateway, a bond's peer)."""
+    sequence = 0
+
+    def attempt() -> Outcome:
+        nonlocal sequence
+        sequence = (sequence + 1) % 65536
+        start = time.monotonic()
+        try:
+            family, _, _, _, address = socket.getaddrinfo(cfg.host, None, type=socket.SOCK_DGRAM)[0]
+            _echo(family, address, sequence, cfg.timeout)
+        except PermissionError:
+            return _timed(
+                start,
+                False,
+                f"ping {cfg.host}: this user may not send ICMP echo (net.ipv4.ping_group_range "
+                f"is {_ping_range()!r}; it must include the daemon's group)",
+            )
+        except TimeoutError:
+            return _timed(start, False, f"ping {cfg.host}: no reply within {cfg.timeout:g} s")
+        except OSError as err:
+            return _timed(start, False, f"ping {cfg.host}: {_describe(err)}")
+        return _timed(start, True, f"ping {cfg.host}: reply")
+
+    return attempt
+
+
 def writable_attempt(cfg: ProbeConfig) -> Attempt:
     """Create, write, fsync and remove a small file: catches read-only remounts and full disks."""
 

@@ -40,13 +40,16 @@ def _good(tmp_path: Path) -> dict[str, Any]:
             },
             {"name": "ckpt", "type": "writable", "path": str(tmp_path)},
             {"name": "gpu", "type": "gpu", "max_temp_c": 80},
+            {"name": "peer", "type": "icmp", "host": "10.77.0.2"},
         ],
     }
 
 
 def test_good_config_loads_with_defaults(tmp_path: Path) -> None:
     cfg = config_mod.parse(_good(tmp_path))
-    assert [p.type for p in cfg.probes] == ["tcp", "imds", "spot_notice", "http", "writable", "gpu"]
+    kinds = ["tcp", "imds", "spot_notice", "http", "writable", "gpu", "icmp"]
+    assert [p.type for p in cfg.probes] == kinds
+    assert cfg.probes[6].host == "10.77.0.2"
     assert cfg.probes[0].fail_threshold == 3
     assert cfg.probes[0].recover_threshold == 2
     assert cfg.probes[2].url == config_mod.DEFAULT_METADATA_URL
@@ -58,7 +61,8 @@ def test_good_config_loads_with_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda c: c["probes"][0].update(type="icmp"), "probes[0].type: unknown probe type 'icmp'"),
+        (lambda c: c["probes"][0].update(type="ping"), "probes[0].type: unknown probe type 'ping'"),
+        (lambda c: c["probes"][6].pop("host"), "probes[6].host: an icmp probe needs a host"),
         (lambda c: c["probes"][0].update(interval=-1), "probes[0].interval: must be a positive"),
         (lambda c: c["probes"][0].update(timeout=5), "probes[0].timeout: 5 s exceeds the interval"),
         (
@@ -99,7 +103,7 @@ def test_check_config_cli_accepts_good_and_refuses_bad(tmp_path: Path) -> None:
     good.write_text(json.dumps(_good(tmp_path)))
     ok = _check(good)
     assert ok.returncode == 0, ok.stderr
-    assert "is valid (6 probe(s))" in ok.stdout
+    assert "is valid (7 probe(s))" in ok.stdout
     raw = _good(tmp_path)
     raw["probes"][1]["type"] = "ping"
     bad = tmp_path / "bad.json"

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,3 +142,50 @@ def test_writable_path(tmp_path: Path) -> None:
     out = probes.writable_attempt(cfg)()
     assert not out.ok
     assert f"write {target}: Not a directory" == out.evidence
+
+
+ICMP_IN_NETNS = """
+import json, sys
+from nodeprep.heartbeat import probes
+from nodeprep.heartbeat.config import ProbeConfig
+cfg = ProbeConfig(name="peer", type="icmp", interval=1.0, timeout=0.5, fail_threshold=3,
+                  recover_threshold=2, host=sys.argv[1])
+out = probes.icmp_attempt(cfg)()
+print(json.dumps({"ok": out.ok, "evidence": out.evidence, "latency_s": out.latency_s}))
+"""
+
+
+def _icmp_in_netns(host: str, *sysctls: str) -> dict[str, object]:
+    """One icmp attempt inside a network namespace of its own (loopback only), as root."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a network namespace of the test's own")
+    settings = "".join(f"sysctl -qw {s} && " for s in sysctls)
+    done = subprocess.run(
+        ["unshare", "-n", "sh", "-c", f'ip link set lo up && {settings}exec "$0" -c "$1" "$2"',
+         sys.executable, ICMP_IN_NETNS, host],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_icmp_reply_lost_reply_and_forbidden_in_a_namespace() -> None:
+    # A datagram ICMP socket, allowed for group 0 in this namespace: the echo is answered.
+    out = _icmp_in_netns("127.0.0.1", "net.ipv4.ping_group_range='0 0'")
+    assert out["ok"], out
+    assert out["evidence"] == "ping 127.0.0.1: reply"
+    # The kernel ignores echo requests: no reply, bounded by the timeout.
+    out = _icmp_in_netns(
+        "127.0.0.1", "net.ipv4.ping_group_range='0 0'", "net.ipv4.icmp_echo_ignore_all=1"
+    )
+    assert not out["ok"], out
+    assert out["evidence"] == "ping 127.0.0.1: no reply within 0.5 s"
+    assert 0.4 < float(str(out["latency_s"])) < 5
+    # A group outside net.ipv4.ping_group_range may not open the socket: said, with the range.
+    out = _icmp_in_netns("127.0.0.1", "net.ipv4.ping_group_range='1 0'")
+    assert not out["ok"], out
+    assert "may not send ICMP echo (net.ipv4.ping_group_range is '1 0'" in str(out["evidence"])
+    # No route to the address: the kernel's own words.
+    out = _icmp_in_netns("10.77.0.9", "net.ipv4.ping_group_range='0 0'")
+    assert not out["ok"], out
+    assert "unreachable" in str(out["evidence"]), out
