@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import tempfile
@@ -34,7 +35,9 @@ description:
   - When the chosen Python cannot import torch and nodeprep, the check skips and says what
     it saw and how to fix it.
   - The drill works in a fresh directory under I(work_parent), removed before the module
-    returns. Nothing else on the node changes.
+    returns. With I(keep_checkpoints), a passing drill's checkpoints (those of the run that
+    was killed and resumed) replace that directory's content, so C(checkpoint.newest) can
+    verify real checkpoints of this node. Nothing else on the node changes.
 options:
   launcher:
     description: Command prefix that runs C(python3) inside the trainer image. Empty - the
@@ -69,6 +72,11 @@ options:
     description: Directory the drill's temporary work directory is made in.
     type: path
     default: /var/tmp
+  keep_checkpoints:
+    description: Directory that receives the checkpoints of a passing drill, replacing what a
+      previous drill left there (copied beside it, then renamed into place). Empty - none kept.
+    type: path
+    default: ""
   timeout_s:
     description: Seconds the import check, and then the whole drill, may each take; past it
       the check fails as "timed out after S s".
@@ -77,7 +85,8 @@ options:
 extends_documentation_fragment:
   - nodeprep.hardening.marker
 notes:
-  - Supports check mode (the drill only reads the node outside its own work directory).
+  - Supports check mode (outside its own work directory the drill only reads the node, but
+    for I(keep_checkpoints)).
 author: nodeprep developers
 """
 
@@ -100,6 +109,10 @@ started:
   description: Epoch seconds when the drill started, for the I(since) option of nodeprep_check.
   returned: always
   type: float
+kept:
+  description: The directory that now holds the drill's checkpoints; empty when none were kept.
+  returned: always
+  type: str
 checks:
   description: The verdict C(smoke.drill), a list of one, with C(check), C(passed), C(detail)
     and C(skip).
@@ -153,6 +166,21 @@ def judge_run(rc: int, out: str, err: str, timeout_s: int) -> list[dict[str, Any
     return verdict(bool(result.get("passed")) and rc == 0, detail)
 
 
+def keep(source: str, dest: str) -> None:
+    """Replace DEST with a copy of SOURCE: copied beside it, then renamed into place."""
+    parent = os.path.dirname(dest.rstrip("/")) or "/"
+    os.makedirs(parent, exist_ok=True)
+    fresh = tempfile.mkdtemp(prefix=".nodeprep-smoke-keep-", dir=parent)
+    try:
+        shutil.copytree(source, os.path.join(fresh, "checkpoints"))
+        old = os.path.join(fresh, "old")
+        if os.path.lexists(dest):
+            os.rename(dest, old)
+        os.rename(os.path.join(fresh, "checkpoints"), dest)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -165,6 +193,7 @@ def main() -> None:
             "kill_step": {"type": "int", "default": 0},
             "work_parent": {"type": "path", "default": "/var/tmp"},
             "timeout_s": {"type": "int", "default": 600},
+            "keep_checkpoints": {"type": "path", "default": ""},
             "marker_dir": {"type": "path", "default": MARKER_DIR},
         },
         supports_check_mode=True,
@@ -173,7 +202,7 @@ def main() -> None:
     started, timeout_s = time.time(), int(p["timeout_s"])
     launcher, problem = choose_launcher(p["launcher"], p["marker_dir"])
     if problem:
-        module.exit_json(changed=False, started=started, checks=verdict(False, problem))
+        module.exit_json(changed=False, started=started, kept="", checks=verdict(False, problem))
         return
     python = "python3" if launcher else str(p["python"])
     bound = ["timeout", str(timeout_s)]
@@ -188,9 +217,10 @@ def main() -> None:
             f"({said}); apply the apptainer role or set smoke_python to a Python with "
             "nodeprep[trainer]"
         )
-        module.exit_json(changed=False, started=started, checks=verdict(False, "", skip))
+        module.exit_json(changed=False, started=started, kept="", checks=verdict(False, "", skip))
         return
     work = tempfile.mkdtemp(prefix="nodeprep-smoke-", dir=p["work_parent"])
+    kept = ""
     try:
         started = time.time()
         argv = [*bound, *launcher, python, "-m", "nodeprep.smoke", "--work-dir", work,
@@ -200,9 +230,20 @@ def main() -> None:
         if p["kill_step"] > 0:
             argv += ["--kill-step", str(p["kill_step"])]
         rc, out, err = probe(module, argv)
+        checks = judge_run(rc, out, err, timeout_s)
+        if checks[0]["passed"] and p["keep_checkpoints"]:
+            try:
+                keep(os.path.join(work, "drill", "checkpoints"), p["keep_checkpoints"])
+                kept = p["keep_checkpoints"]
+            except OSError as exc:
+                checks = verdict(
+                    False,
+                    f"{checks[0]['detail']}; but its checkpoints could not be kept in "
+                    f"{p['keep_checkpoints']}: {exc}",
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    module.exit_json(changed=False, started=started, checks=judge_run(rc, out, err, timeout_s))
+    module.exit_json(changed=bool(kept), started=started, kept=kept, checks=checks)
 
 
 if __name__ == "__main__":
