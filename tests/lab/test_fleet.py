@@ -155,6 +155,8 @@ def _vars(tmp_path: Path, volumes: str) -> Path:
     path.write_text(
         "volume_grow_volumes: \"{{ canary_volumes if inventory_hostname == 'node2' "
         f"else [{{'device': '/dev/vdb'}}] }}}}\"\ncanary_volumes: {volumes}\n"
+        # The bond is the quick start's story; here it would double the rollout's time.
+        "nic_bond_members: []\n"
         # A real probe that passes in the guest (sshd) next to the GPU probe, which skips.
         "heartbeat_probes:\n"
         "  - {name: gpu, type: gpu, interval: 10, timeout: 5}\n"

@@ -1,9 +1,12 @@
 """The quick start's chain on one lab node (Debian 13, no internet), as `make demo` runs it:
-lab up -> build-image -> `lab apptainer-vars` -> provision -> verify. Every check passes but
-those of roles the chain leaves out and the GPU's, which skip saying why; the smoke drill
-SIGKILLs the trainer inside the image on the node and it resumes bit-exact. Around it, what
-the apptainer role must refuse: a package or an image whose sha256 is not the one given is
-not sent, and nothing changes on the node.
+lab up -> disk-grow -> build-image -> `lab apptainer-vars` -> provision -> verify, with only
+what the lab inventory says of the node. Every role is applied (tmux, the bond over both bond
+NICs, volume_grow filling out the grown data disk, the heartbeat watching the bond's peer and
+the data disk, apptainer) and every check passes but the GPU's, which skip with "no NVIDIA GPU";
+the smoke drill SIGKILLs the trainer inside the image on the node, it resumes bit-exact, and
+checkpoint.newest verifies the checkpoints the drill kept. Around it, what the apptainer role
+must refuse: a package or an image whose sha256 is not the one given is not sent, and nothing
+changes on the node.
 
 The torch image is the one the image tier built in this run (same path and content hash, so
 build-image skips it); provision and verify run under the mitogen strategy (`--fast`), as in
@@ -20,22 +23,20 @@ from typing import Any
 
 import pytest
 from lab_helpers import LabNode
-from verify_helpers import checkpoint_archive, failures, run_verify, ship_checkpoints, statuses
+from verify_helpers import SLOW_NODE_VARS, failures, run_verify, statuses
 
 from image_testbed import TORCH_IMAGE, apptainer, build_image, torch_wheelhouse
 from nodeprep.lab.apptainer import IMAGE_DEST
+from nodeprep.lab.inventory import SMOKE_CHECKPOINTS
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(2400)]
 CACHE = "/var/cache/nodeprep/apptainer"
-# The chain applies preflight, tmux (Debian 13's own, through `auto`), heartbeat, volume_grow
-# (with no volume to grow, as `make demo`) and apptainer; the bond is opt-in, and the lab has
-# no GPU.
-SKIPPED = {"gpu.driver", "gpu.count", "gpu.temperature", "gpu.ecc", "gpu.xid", "volume_grow.size",
-           "nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up", "nic_bond.active_member",
-           "nic_bond.peer"}  # fmt: skip
-PASSED = {"preflight.os", "preflight.disk", "heartbeat.service", "heartbeat.probes",
-          "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival",
-          "disk.size", "disk.free", "disk.writable", "checkpoint.newest", "apptainer.present",
+SKIPPED = {"gpu.driver", "gpu.count", "gpu.temperature", "gpu.ecc", "gpu.xid"}
+PASSED = {"preflight.os", "preflight.disk", "heartbeat.service", "heartbeat.watchdog",
+          "heartbeat.metrics", "heartbeat.probes", "tmux.version", "tmux.config", "tmux.linger",
+          "tmux.logout_survival", "nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up",
+          "nic_bond.active_member", "nic_bond.peer", "volume_grow.size", "disk.size",
+          "disk.free", "disk.writable", "checkpoint.newest", "apptainer.present",
           "apptainer.image_hash", "apptainer.runs", "smoke.drill"}  # fmt: skip
 
 
@@ -70,6 +71,8 @@ def provision(
 def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     lab_node: LabNode, torch_image: Path, tmp_path: Path
 ) -> None:
+    grown = lab_node.cli("fault", "node1", "disk-grow", "2G")
+    assert grown.returncode == 0, grown.stderr
     written = lab_node.cli("inventory", "--output", str(tmp_path / "lab.ini"))
     assert written.returncode == 0, written.stderr
     inventory = Path(written.stdout.strip())
@@ -106,19 +109,25 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert marker["binary"] == "/usr/bin/tmux", marker
     assert lab_node.sh("ls /opt").split().count("tmux-3.5a") == 0
 
-    # verify: all pass but the skips, each with its reason; the drill ran in the image.
-    ship_checkpoints(lab_node.sh, checkpoint_archive(tmp_path))
-    code, output, report = run_verify(inventory, tmp_path, "chain", "--fast")
+    # Every role did its work: the bond over both NICs, the data disk filled out to 2 GiB.
+    assert lab_node.sh("cat /sys/class/net/bond0/bonding/slaves").split() == ["ens4", "ens5"]
+    assert int(lab_node.sh("df --output=size -B1M /data | tail -1")) > 1900
+    assert lab_node.sh("systemctl is-active nodeprep-heartbeat").strip() == "active"
+
+    # verify, told nothing but the inventory: all pass but the GPU's, which skip saying why.
+    code, output, report = run_verify(
+        inventory, tmp_path, "chain", "--fast", node_vars=SLOW_NODE_VARS
+    )
     assert code == 0, output
     assert failures(report, "node1") == {}
     assert statuses(report, "skip", "node1") == SKIPPED
     assert statuses(report, "pass", "node1") >= PASSED
-    skips = {r["check"]: r["detail"] for r in report["results"] if r["status"] == "skip"}
-    assert all(skips.values()), skips
-    assert skips["volume_grow.size"] == "the marker lists no volume", skips
-    drill = next(r for r in report["results"] if r["check"] == "smoke.drill")
-    assert f"inside image {IMAGE_DEST}" in drill["detail"], drill
-    assert "matches bit for bit" in drill["detail"], drill
+    details = {r["check"]: r["detail"] for r in report["results"]}
+    assert all("no NVIDIA GPU" in details[check] for check in SKIPPED), details
+    assert "inside image " + IMAGE_DEST in details["smoke.drill"], details
+    assert "matches bit for bit" in details["smoke.drill"], details
+    assert SMOKE_CHECKPOINTS in details["checkpoint.newest"], details
+    assert "bond-peer" in details["heartbeat.probes"], details
     assert "PASSED" in output
 
     # An image whose sha256 is not the one given: refused, the node keeps its copy.

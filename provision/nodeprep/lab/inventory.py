@@ -13,6 +13,13 @@ GROUP = "lab"
 # Guest names of the bond NICs and data disk: fixed by the PCI slots in node.qemu_argv.
 GUEST_BOND_NICS = ("ens4", "ens5")
 GUEST_DATA_DISK = "/dev/vdb"
+GUEST_DATA_MOUNT = "/data"
+# The bond's address on its segment (each node's segment is its own, inside its qemu).
+BOND_ADDRESS = "10.77.0.15/24"
+# The smoke drill keeps its checkpoints on the data disk; checkpoint.newest verifies them.
+SMOKE_CHECKPOINTS = f"{GUEST_DATA_MOUNT}/nodeprep-smoke/checkpoints"
+# The heartbeat's writable probe on the data disk (the role creates it for the daemon).
+HEARTBEAT_DIR = f"{GUEST_DATA_MOUNT}/nodeprep-heartbeat"
 SSH_COMMON_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
 
 
@@ -20,8 +27,42 @@ def _ini_value(value: str) -> str:
     return shlex.quote(value) if any(c in value for c in " '\"=#") else value
 
 
+def node_roles_vars() -> dict[str, object]:
+    """What each role needs to know of a lab node, so provision and verify exercise them all.
+
+    The bond over both bond NICs, verified by a ping to the segment's peer; the data disk as
+    a volume for volume_grow's guest step (a disk grown with `lab fault NODE disk-grow` is
+    filled out); the heartbeat watching the bond's peer and the data disk; the node checks
+    and the smoke drill's checkpoints on the data disk. The GPU probe stays (it skips here).
+    """
+    return {
+        "nic_bond_members": list(GUEST_BOND_NICS),
+        "nic_bond_ipv4_address": BOND_ADDRESS,
+        "nic_bond_probe_target": BOND_PEER,
+        "volume_grow_volumes": [{"device": GUEST_DATA_DISK}],
+        "heartbeat_probes": [
+            {"name": "gpu", "type": "gpu", "interval": 10, "timeout": 5},
+            {"name": "bond-peer", "type": "icmp", "host": BOND_PEER, "interval": 2, "timeout": 1},
+            {
+                "name": "data",
+                "type": "writable",
+                "path": HEARTBEAT_DIR,
+                "interval": 10,
+                "timeout": 5,
+            },
+        ],
+        "node_checks_disk_paths": [
+            {"path": GUEST_DATA_MOUNT, "min_size_gb": 0.9, "min_free_gb": 0.2}
+        ],
+        "node_checks_checkpoint_dirs": [SMOKE_CHECKPOINTS],
+        "smoke_keep_checkpoints": SMOKE_CHECKPOINTS,
+    }
+
+
 def render_ini(state: LabState) -> str:
     """An INI inventory: one host per node, reached through its forwarded port on loopback."""
+    roles = {key: json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
+             for key, value in node_roles_vars().items()}  # fmt: skip
     lines = [f"[{GROUP}]"]
     for node in state.nodes:
         host_vars = {
@@ -35,6 +76,7 @@ def render_ini(state: LabState) -> str:
             "nodeprep_lab_data_disk": GUEST_DATA_DISK,
             # The login user's tmux sessions survive logout (the tmux role's linger step).
             "tmux_users": json.dumps([GUEST_USER]),
+            **roles,
         }
         rendered = " ".join(f"{key}={_ini_value(value)}" for key, value in host_vars.items())
         lines.append(f"{node.name} {rendered}")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nodeprep.lab.inventory import render_ini
+from nodeprep.lab.inventory import node_roles_vars, render_ini
 from nodeprep.lab.state import LabState, NodeRecord
 
 
@@ -28,14 +28,19 @@ def test_ini_lines(tmp_path: Path) -> None:
     assert "ansible_become=true" in text
 
 
-def test_ansible_reads_it(tmp_path: Path) -> None:
+def _hostvars(tmp_path: Path) -> dict[str, dict[str, object]]:
+    """The inventory as Ansible's own INI parser reads it."""
     path = tmp_path / "inv.ini"
     path.write_text(render_ini(_state(tmp_path)))
     inventory_cli = Path(sys.executable).with_name("ansible-inventory")
     done = subprocess.run(
         [str(inventory_cli), "-i", str(path), "--list"], capture_output=True, text=True, check=True
     )
-    hostvars = json.loads(done.stdout)["_meta"]["hostvars"]
+    return dict(json.loads(done.stdout)["_meta"]["hostvars"])
+
+
+def test_ansible_reads_it(tmp_path: Path) -> None:
+    hostvars = _hostvars(tmp_path)
     assert set(hostvars) == {"node1", "node2"}
     node2 = hostvars["node2"]
     assert node2["ansible_port"] == 40002
@@ -44,3 +49,14 @@ def test_ansible_reads_it(tmp_path: Path) -> None:
     assert node2["nodeprep_lab_bond_nics"] == ["ens4", "ens5"]
     assert node2["tmux_users"] == ["nodeprep"]
     assert "UserKnownHostsFile=/dev/null" in node2["ansible_ssh_common_args"]
+
+
+def test_every_role_is_told_what_the_node_has(tmp_path: Path) -> None:
+    """The values reach Ansible typed as node_roles_vars() gives them (lists stay lists)."""
+    node1 = _hostvars(tmp_path)["node1"]
+    assert {key: node1[key] for key in node_roles_vars()} == node_roles_vars()
+    assert node1["nic_bond_members"] == ["ens4", "ens5"]
+    assert node1["nic_bond_probe_target"] == "10.77.0.2"
+    assert node1["volume_grow_volumes"] == [{"device": "/dev/vdb"}]
+    assert [p["type"] for p in node1["heartbeat_probes"]] == ["gpu", "icmp", "writable"]
+    assert node1["node_checks_checkpoint_dirs"] == [node1["smoke_keep_checkpoints"]]
