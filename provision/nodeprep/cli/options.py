@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 import yaml
 
-from nodeprep import ansible_config, runner
+from nodeprep import ansible_config, inventory, rolevars, runner
 from nodeprep.cli.errors import BadInput
 from nodeprep.inventory import source
 from nodeprep.textfile import TextFileError, read_text
@@ -252,3 +252,17 @@ def user_ansible_config() -> Path | None:
         except ansible_config.ConfigError as exc:
             raise BadInput(str(exc)) from exc
     return found
+
+
+def load_inventory(request: runner.RunRequest) -> inventory.Inventory:
+    """The request's inventory, its -e and every selected host's role variables checked.
+
+    A wrong role variable is refused here, naming where it was set, before any connection.
+    """
+    try:
+        rolevars.check(request.extra_vars, "-e")
+        return inventory.load(request.inventory, request.limit, frozenset(request.extra_vars))
+    except rolevars.RoleVarError as exc:
+        raise BadInput(str(exc)) from exc
+    except inventory.InventoryError as exc:
+        raise BadInput(str(exc)) from exc

@@ -10,13 +10,13 @@ from typing import Any
 import click
 from rich.console import Console
 
-from nodeprep import inventory as inventory_mod
 from nodeprep import paths, rollout, runner, wheel
 from nodeprep.cli.errors import BadInput
 from nodeprep.cli.options import (
     ask_passwords,
     connection_options,
     fast_option,
+    load_inventory,
     merge_extra_vars,
     refuse_fast_without_mitogen,
     run_options,
@@ -125,10 +125,7 @@ def run_playbook(
     rolling_plan: RollingPlan | None = None,
 ) -> int:
     """Validate, run with live progress, print the recap; returns the exit code."""
-    try:
-        loaded = inventory_mod.load(request.inventory, request.limit)
-    except inventory_mod.InventoryError as exc:
-        raise BadInput(str(exc)) from exc
+    loaded = load_inventory(request)
     hosts = loaded.selected
     console = Console(highlight=False)
     if list_hosts:

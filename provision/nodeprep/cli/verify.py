@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.text import Text
 
 from nodeprep import checks as check_groups
-from nodeprep import inventory as inventory_mod
 from nodeprep import paths, report, runner
 from nodeprep.cli.errors import BadInput
 from nodeprep.cli.options import (
@@ -21,6 +20,7 @@ from nodeprep.cli.options import (
     fast_option,
     forks_option,
     limit_option,
+    load_inventory,
     merge_extra_vars,
     refuse_fast_without_mitogen,
     split_csv,
@@ -162,10 +162,7 @@ def run_verify(
     junit_path: Path | None,
 ) -> int:
     """Run verify.yml, print the report, write JSON/JUnit; returns the exit code."""
-    try:
-        hosts = inventory_mod.load(request.inventory, request.limit).selected
-    except inventory_mod.InventoryError as exc:
-        raise BadInput(str(exc)) from exc
+    hosts = load_inventory(request).selected
     console = Console(highlight=False)
     request = ask_passwords(request)
     console.print(f"nodeprep verify: {len(hosts)} host(s): {', '.join(hosts)}", markup=False)

@@ -11,7 +11,8 @@ second and without connecting to any node:
 - the parse (:mod:`.parse`): any plugin failure anywhere in the file, even
   when hosts before it were read, and an inventory without hosts;
 - ``--limit`` (:mod:`.pattern`): any part that matches nothing or does not parse;
-- the selected hosts (:mod:`.hosts`): unusable names, ports and addresses.
+- the selected hosts (:mod:`.hosts`): unusable names, ports and addresses, and, when
+  asked, role variables of a wrong type or value (:mod:`nodeprep.rolevars`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodeprep import rolevars
 from nodeprep.inventory import hosts as host_checks
 from nodeprep.inventory import parse as ansible_parse
 from nodeprep.inventory import pattern, source
@@ -44,14 +46,24 @@ class Inventory:
     selected: tuple[str, ...]
 
 
-def load(path_like: str | os.PathLike[str], limit: str | None = None) -> Inventory:
-    """Guard, parse and select; :class:`InventoryError` for anything that must not run."""
+def load(
+    path_like: str | os.PathLike[str],
+    limit: str | None = None,
+    role_vars_given: frozenset[str] | None = None,
+) -> Inventory:
+    """Guard, parse and select; :class:`InventoryError` for anything that must not run.
+
+    With ROLE_VARS_GIVEN (the names -e sets, which win over the inventory's), the selected
+    hosts' other role variables are checked against the roles' argument specs too.
+    """
     path = Path(path_like)
     try:
         text = source.read_guarded(path)
         manager, hosts = _parsed(text)
         selected = pattern.select(manager, str(path), limit) if limit is not None else hosts
-        _check_hosts(manager, selected)
+        _check_hosts(manager, selected, role_vars_given)
+    except rolevars.RoleVarError as exc:
+        raise InventoryError(f"inventory {path}, {exc}") from None
     except (source.SourceError, pattern.PatternError) as exc:
         raise InventoryError(str(exc)) from None
     except host_checks.HostValueError as exc:
@@ -96,8 +108,13 @@ def _parsed(text: source.InventoryText) -> tuple[Any, tuple[str, ...]]:
     return manager, hosts
 
 
-def _check_hosts(manager: Any, selected: tuple[str, ...]) -> None:
+def _check_hosts(
+    manager: Any, selected: tuple[str, ...], role_vars_given: frozenset[str] | None
+) -> None:
     for name in selected:
         host_checks.check_name(name)
     for name, variables in ansible_parse.variables_of(manager, selected).items():
         host_checks.check_connection_values(name, variables)
+        if role_vars_given is not None:
+            mine = {k: v for k, v in variables.items() if k not in role_vars_given}
+            rolevars.check(mine, f"host {name}")

@@ -1,0 +1,80 @@
+"""Role variables checked on the controller, before any node is contacted.
+
+Each role declares its variables in ``roles/*/meta/argument_specs.yml``; Ansible checks
+them only when the role starts on a host, so a wrong type or value given with ``-e`` or in
+the inventory used to fail every host at its first task (exit 1, after connecting). Here the
+same declarations go through Ansible's own :class:`ArgumentSpecValidator` first, each value
+where the user set it, and the first wrong one is one sentence naming it (exit 2).
+
+Values Ansible would template (``{{ ... }}``) are left to the role, which sees them rendered.
+A variable's top-level ``required`` is not checked here: the role's own checks say what is
+missing, and a fleet may set it on some hosts only.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodeprep import paths
+
+
+class RoleVarError(ValueError):
+    """A role variable has a wrong type or value; ``str()`` is one sentence with the fix."""
+
+
+@functools.cache
+def declared() -> dict[str, tuple[str, Path, dict[str, Any]]]:
+    """Every role variable of every entry point: name -> (role, spec file, argument spec)."""
+    found: dict[str, tuple[str, Path, dict[str, Any]]] = {}
+    for spec_file in sorted(paths.roles_dir().glob("*/meta/argument_specs.yml")):
+        role = spec_file.parent.parent.name
+        entries = (yaml.safe_load(spec_file.read_text()) or {}).get("argument_specs") or {}
+        for entry in entries.values():
+            for name, given in (entry.get("options") or {}).items():
+                spec = {k: copy.deepcopy(v) for k, v in given.items() if k != "required"}
+                found.setdefault(name, (role, spec_file, spec))
+    return found
+
+
+def _templated(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(_templated(k) or _templated(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_templated(v) for v in value)
+    return False
+
+
+def problem(name: str, value: Any) -> str | None:
+    """Why VALUE is not a valid NAME for its role, or None (also for undeclared names)."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    if name not in declared() or _templated(value):
+        return None
+    role, spec_file, spec = declared()[name]
+    result = ArgumentSpecValidator({name: spec}).validate({name: value})
+    messages = [
+        f"unsupported key {err}" if type(err).__name__ == "UnsupportedError" else str(err)
+        for err in result.errors.errors
+    ]
+    if not messages:
+        return None
+    said = next((m for m in messages if name in m), messages[0])
+    return (
+        f"{name} = {value!r} is not valid for role {role} ({said}); fix it as {spec_file} describes"
+    )
+
+
+def check(values: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`RoleVarError` for the first wrong role variable among VALUES."""
+    for name in sorted(values):
+        said = problem(name, values[name])
+        if said is not None:
+            raise RoleVarError(f"{where}: {said}.")

@@ -1,0 +1,93 @@
+"""Role variables of a wrong type or value are refused on the controller: one sentence naming
+the variable, where it was set and the spec that describes it, exit 2, nothing run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from nodeprep import paths, rolevars, runner
+from nodeprep.cli import cli
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "said"),
+    [
+        ("provision", "nic_bond_mode=active-bakup",
+         "-e: nic_bond_mode = 'active-bakup' is not valid for role nic_bond (value of "
+         "nic_bond_mode must be one of: balance-rr, active-backup"),
+        ("provision", "nic_bond_miimon=ten", "unable to convert to int"),
+        ("provision", '{"volume_grow_volumes": [{"device": "/dev/vdb", "sizegb": 3}]}',
+         "unsupported key volume_grow_volumes.sizegb"),
+        ("provision", "tmux_install_method=pkg", "tmux_install_method must be one of: auto"),
+        ("verify", "smoke_steps=many", "for role smoke"),
+        ("verify", '{"node_checks_checkpoint_dirs": {"a": 1}}', "for role node_checks"),
+    ],
+)  # fmt: skip
+def test_a_wrong_value_given_with_e_is_refused(
+    runs: list[runner.RunRequest], local_inventory: Path, command: str, extra: str, said: str
+) -> None:
+    code, out = invoke(command, str(local_inventory), "-e", extra)
+    assert code == 2, out
+    assert said in out, out
+    assert "meta/argument_specs.yml describes" in out
+    assert "Traceback" not in out
+    assert runs == []
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # A host line's value.
+        ("[gpu]\nnode1 ansible_host=127.0.0.1\nnode2 ansible_host=127.0.0.1 "
+         "heartbeat_watchdog_sec=soon\n", "host node2: heartbeat_watchdog_sec = 'soon'"),
+        # A group's value, next to a template that is left to the role.
+        ("[gpu]\nnode1 ansible_host=127.0.0.1\n[gpu:vars]\n"
+         'tmux_history_limit="{{ 10 * 1000 }}"\nheartbeat_watchdog_sec=perhaps\n',
+         "host node1: heartbeat_watchdog_sec = 'perhaps'"),
+    ],
+)  # fmt: skip
+def test_a_wrong_value_in_the_inventory_names_the_host_and_e_overrides_it(
+    runs: list[runner.RunRequest], tmp_path: Path, text: str, said: str
+) -> None:
+    inventory = tmp_path / "fleet.ini"
+    inventory.write_text(text)
+    code, out = invoke("provision", str(inventory))
+    assert code == 2, out
+    assert f"inventory {inventory}, {said}" in out, out
+    assert "tmux_history_limit" not in out
+    assert runs == []
+    # -e wins over the inventory, so a good -e value makes the run go ahead.
+    code, out = invoke("provision", str(inventory), "-e", "heartbeat_watchdog_sec=20")
+    assert code == 0, out
+    assert len(runs) == 1
+
+
+def test_good_values_and_names_no_role_declares_pass() -> None:
+    good = {"nic_bond_members": ["ens4", "ens5"], "nic_bond_miimon": "100",
+            "volume_grow_volumes": [{"device": "/dev/vdb"}], "preflight_min_free_gb": 10,
+            "heartbeat_probes": [{"name": "gpu", "type": "gpu"}], "my_var": object()}  # fmt: skip
+    rolevars.check(good, "-e")
+    with pytest.raises(rolevars.RoleVarError) as caught:
+        rolevars.check({**good, "tmux_users": {"a": 1}}, "-e")
+    assert str(caught.value).startswith("-e: tmux_users = {'a': 1} is not valid for role tmux")
+    assert "\n" not in str(caught.value)
+
+
+def test_every_role_variable_is_declared_once_or_alike() -> None:
+    """A variable two entry points declare must mean the same there (type and elements)."""
+    seen: dict[str, tuple[object, object]] = {}
+    for spec_file in paths.roles_dir().glob("*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(spec_file.read_text())["argument_specs"].values():
+            for name, spec in entry.get("options", {}).items():
+                shape = (spec.get("type", "str"), spec.get("elements"))
+                assert seen.setdefault(name, shape) == shape, (spec_file, name)
+    assert set(seen) == set(rolevars.declared())
