@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from proctree import descendants
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 STAND_IN = """#!/bin/sh
@@ -41,20 +43,23 @@ def workdir(tmp_path: Path) -> Path:
     return project
 
 
+def _env(workdir: Path, log: Path) -> dict[str, str]:
+    """The user's environment but ANSIBLE_CONFIG, the stand-in ssh first on PATH, HOME apart."""
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
+    env.update(PATH=f"{workdir.parent / 'bin'}{os.pathsep}{env['PATH']}",
+               HOME=str(workdir.parent), NODEPREP_TEST_SSH_LOG=str(log))  # fmt: skip
+    return env
+
+
 def verify(workdir: Path, *args: str) -> tuple[int, list[str], str]:
     """`nodeprep verify` from WORKDIR with the stand-in ssh: exit code, ssh calls, output."""
     log = workdir / "ssh.log"
     log.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
-    env.update(
-        PATH=f"{workdir.parent / 'bin'}{os.pathsep}{env['PATH']}",
-        HOME=str(workdir.parent),
-        NODEPREP_TEST_SSH_LOG=str(log),
-    )
     done = subprocess.run(
         [str(Path(sys.executable).with_name("nodeprep")), "verify", "hosts.ini",
          "--checks", "preflight", *args],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=240, check=False,
+        cwd=workdir, env=_env(workdir, log), capture_output=True, text=True, timeout=240,
+        check=False,
     )  # fmt: skip
     calls = log.read_text().splitlines() if log.exists() else []
     return done.returncode, calls, done.stdout + done.stderr
@@ -100,6 +105,10 @@ def test_without_a_user_config_the_projects_defaults_apply(workdir: Path) -> Non
         (("--private-key", "keys/missing.pem"), "Invalid value for '--private-key'"),
         (("--vault-password-file", "nope"), "Invalid value for '--vault-password-file'"),
         (("-u", " "), "--user is empty"),
+        (
+            ("--vault-password-file", "keys/other.pem", "-J"),
+            "--vault-password-file and --ask-vault-pass exclude each other",
+        ),
     ],
 )
 def test_bad_connection_options_are_refused_before_any_ssh(
@@ -124,20 +133,17 @@ def test_asked_passwords_answer_ansibles_prompts_and_go_nowhere_else(workdir: Pa
     """-K and -J: nodeprep asks once each; ansible-playbook's own prompts are answered for it
     (unanswered, it would wait for ever) and the secrets reach neither ssh nor the output."""
     log = workdir / "ssh.log"
-    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
-    env.update(PATH=f"{workdir.parent / 'bin'}{os.pathsep}{env['PATH']}",
-               HOME=str(workdir.parent), NODEPREP_TEST_SSH_LOG=str(log))  # fmt: skip
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("nodeprep")), "verify", "hosts.ini",
          "--checks", "preflight", "-b", "-K", "-J"],
-        cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        cwd=workdir, env=_env(workdir, log), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
         output, _ = proc.communicate("become-s3cret\nvault-s3cret\n", timeout=120)
     except subprocess.TimeoutExpired:
         # ansible-playbook runs on a pty of its own session: end the whole tree by PID.
-        for pid in [*_descendants(proc.pid), proc.pid]:
+        for pid in [*descendants(proc.pid), proc.pid]:
             os.kill(pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail("ansible-playbook was left waiting at a password prompt")
@@ -149,22 +155,3 @@ def test_asked_passwords_answer_ansibles_prompts_and_go_nowhere_else(workdir: Pa
     for secret in ("become-s3cret", "vault-s3cret"):
         assert secret not in output
         assert secret not in calls
-
-
-def _descendants(pid: int) -> list[int]:
-    """PID's children, grandchildren and so on, deepest first, read from /proc."""
-    parents: dict[int, list[int]] = {}
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat_file.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
-    return _descendants_of(pid, parents)
-
-
-def _descendants_of(pid: int, parents: dict[int, list[int]]) -> list[int]:
-    found: list[int] = []
-    for child in parents.get(pid, []):
-        found += [*_descendants_of(child, parents), child]
-    return found

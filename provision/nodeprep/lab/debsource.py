@@ -34,8 +34,12 @@ class OrigTarball:
     sha256: str
 
 
-def upstream_version(debian_version: str) -> str:
-    """`1:3.3a-3+deb12u1` -> `3.3a`: drop the epoch and the Debian revision."""
+def orig_version(debian_version: str) -> str:
+    """`1:3.3a-3+deb12u1` -> `3.3a`: drop the epoch and the Debian revision.
+
+    The version in the orig tarball's file name, so a repackaging suffix (`+dfsg`) stays;
+    the collection's module_utils.versions.upstream_version drops it to compare releases.
+    """
     version = debian_version.split(":", 1)[-1]
     return version.rsplit("-", 1)[0] if "-" in version else version
 
@@ -81,7 +85,7 @@ def fetch_orig_tarball(
 ) -> OrigTarball:
     """The orig tarball of `package`'s source, downloaded once into `cache` and reused."""
     source, version = candidate(package)
-    upstream = upstream_version(version)
+    upstream = orig_version(version)
     target = cache / f"{source}_{upstream}.orig.tar.gz"
     if not target.is_file():
         url = pool_url(mirror or debian_mirror(), source, upstream)

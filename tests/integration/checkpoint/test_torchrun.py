@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from proctree import descendants
+
 from .trainer_proc import SMALL, assert_bit_exact, load_state, trainer_env, wait_for_count
 
 STEPS, SEED = 120, 21
@@ -60,21 +62,9 @@ def _torchrun(run_dir: Path, out: Path, env: dict[str, str], log: Path) -> subpr
         return subprocess.Popen(args, env=env, stdout=handle, stderr=subprocess.STDOUT)
 
 
-def _descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            found += [child, *_descendants(child)]
-    return found
-
-
 def _kill_job(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL torchrun and every process under it at once (its ranks get sessions of their own)."""
-    for pid in [proc.pid, *_descendants(proc.pid)]:
+    for pid in [proc.pid, *descendants(proc.pid)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=60)

@@ -9,9 +9,9 @@ import pytest
 
 from nodeprep.lab.debsource import (
     fetch_orig_tarball,
+    orig_version,
     parse_apt_show,
     pool_url,
-    upstream_version,
 )
 from nodeprep.lab.errors import LabError
 from nodeprep.lab.fileserve import serve_directory
@@ -31,10 +31,10 @@ Version: 2.1.12-stable-10+b1
 @pytest.mark.parametrize(
     ("debian", "upstream"),
     [("3.3a-3", "3.3a"), ("1:3.5a-3+deb13u1", "3.5a"), ("2.1.12-stable-10", "2.1.12-stable"),
-     ("1.0", "1.0")],
+     ("1.0", "1.0"), ("2.0+dfsg-1", "2.0+dfsg")],
 )  # fmt: skip
-def test_upstream_version_drops_epoch_and_revision(debian: str, upstream: str) -> None:
-    assert upstream_version(debian) == upstream
+def test_orig_version_drops_epoch_and_revision(debian: str, upstream: str) -> None:
+    assert orig_version(debian) == upstream
 
 
 def test_parse_apt_show_same_source() -> None:
