@@ -38,7 +38,17 @@ description:
     returns. With I(keep_checkpoints), a passing drill's checkpoints (those of the run that
     was killed and resumed) replace that directory's content, so C(checkpoint.newest) can
     verify real checkpoints of this node. Nothing else on the node changes.
+  - With I(drill=heartbeat), the disruptive drill of C(nodeprep verify --drill) instead - a
+    private heartbeat daemon watches a probe target that the drill stops under a running
+    trainer, and the trainer must write its emergency checkpoint - reported as
+    C(drill.heartbeat); it runs with I(python) (or I(launcher)), never the recorded image.
 options:
+  drill:
+    description: Which drill - C(kill) (kill and resume, C(smoke.drill)) or C(heartbeat)
+      (C(drill.heartbeat)).
+    type: str
+    choices: [kill, heartbeat]
+    default: kill
   launcher:
     description: Command prefix that runs C(python3) inside the trainer image. Empty - the
       image the apptainer role recorded, else none.
@@ -122,11 +132,15 @@ checks:
 """
 
 IMPORTS = "import torch, nodeprep.trainer, nodeprep.smoke"
+HEARTBEAT_IMPORTS = IMPORTS + ", nodeprep.heartbeat"
+CHECKS = {"kill": "smoke.drill", "heartbeat": "drill.heartbeat"}
 OUTSIDE = "ran outside any image: role apptainer not applied"
 
 
-def verdict(passed: bool, detail: str, skip: str = "") -> list[dict[str, Any]]:
-    return [{"check": "smoke.drill", "passed": passed, "detail": detail, "skip": skip}]
+def verdict(
+    passed: bool, detail: str, skip: str = "", check: str = "smoke.drill"
+) -> list[dict[str, Any]]:
+    return [{"check": check, "passed": passed, "detail": detail, "skip": skip}]
 
 
 def choose_launcher(given: str, marker_dir: str) -> tuple[list[str], str]:
@@ -152,13 +166,18 @@ def last_json(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def judge_run(rc: int, out: str, err: str, timeout_s: int) -> list[dict[str, Any]]:
+def judge_run(
+    rc: int, out: str, err: str, timeout_s: int, check: str = "smoke.drill"
+) -> list[dict[str, Any]]:
     if rc == TIMED_OUT:
-        return verdict(False, f"timed out after {timeout_s} s: the drill did not finish")
+        return verdict(False, f"timed out after {timeout_s} s: the drill did not finish", "", check)
     result = last_json(out)
     if rc not in (0, 1) or result is None:
         said = (err.strip() or out.strip() or "no output")[-400:]
-        return verdict(False, f"the drill broke (exit {rc}): {said}")
+        return verdict(False, f"the drill broke (exit {rc}): {said}", "", check)
+    if check != "smoke.drill":
+        return verdict(bool(result.get("passed")) and rc == 0, str(result.get("detail", "")), "",
+                       check)  # fmt: skip
     where = (
         "" if result.get("inside_image") else "; ran outside any image: role apptainer not applied"
     )
@@ -184,6 +203,7 @@ def keep(source: str, dest: str) -> None:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
+            "drill": {"type": "str", "default": "kill", "choices": ["kill", "heartbeat"]},
             "launcher": {"type": "str", "default": ""},
             "python": {"type": "str", "default": "python3"},
             "steps": {"type": "int", "default": 24},
@@ -200,13 +220,20 @@ def main() -> None:
     )
     p = module.params
     started, timeout_s = time.time(), int(p["timeout_s"])
-    launcher, problem = choose_launcher(p["launcher"], p["marker_dir"])
+    check = CHECKS[p["drill"]]
+    if p["drill"] == "kill":
+        launcher, problem = choose_launcher(p["launcher"], p["marker_dir"])
+    else:
+        launcher, problem = shlex.split(p["launcher"]), ""
     if problem:
-        module.exit_json(changed=False, started=started, kept="", checks=verdict(False, problem))
+        module.exit_json(
+            changed=False, started=started, kept="", checks=verdict(False, problem, "", check)
+        )
         return
     python = "python3" if launcher else str(p["python"])
     bound = ["timeout", str(timeout_s)]
-    rc, _, err = probe(module, [*bound, *launcher, python, "-c", IMPORTS])
+    imports = IMPORTS if p["drill"] == "kill" else HEARTBEAT_IMPORTS
+    rc, _, err = probe(module, [*bound, *launcher, python, "-c", imports])
     if rc != 0:
         said = (err.strip().splitlines() or ["no output"])[-1]
         if rc == TIMED_OUT:
@@ -217,21 +244,26 @@ def main() -> None:
             f"({said}); apply the apptainer role or set smoke_python to a Python with "
             "nodeprep[trainer]"
         )
-        module.exit_json(changed=False, started=started, kept="", checks=verdict(False, "", skip))
+        module.exit_json(
+            changed=False, started=started, kept="", checks=verdict(False, "", skip, check)
+        )
         return
     work = tempfile.mkdtemp(prefix="nodeprep-smoke-", dir=p["work_parent"])
     kept = ""
     try:
         started = time.time()
         argv = [*bound, *launcher, python, "-m", "nodeprep.smoke", "--work-dir", work,
-                "--steps", str(p["steps"]), "--checkpoint-every", str(p["checkpoint_every"]),
-                "--seed", str(p["seed"]), "--model-mb", str(p["model_mb"]),
                 "--deadline-s", str(max(timeout_s - 10, 1))]  # fmt: skip
-        if p["kill_step"] > 0:
+        if p["drill"] == "heartbeat":
+            argv.append("--heartbeat")
+        else:
+            argv += ["--steps", str(p["steps"]), "--checkpoint-every", str(p["checkpoint_every"]),
+                     "--seed", str(p["seed"]), "--model-mb", str(p["model_mb"])]  # fmt: skip
+        if p["drill"] == "kill" and p["kill_step"] > 0:
             argv += ["--kill-step", str(p["kill_step"])]
         rc, out, err = probe(module, argv)
-        checks = judge_run(rc, out, err, timeout_s)
-        if checks[0]["passed"] and p["keep_checkpoints"]:
+        checks = judge_run(rc, out, err, timeout_s, check)
+        if checks[0]["passed"] and p["keep_checkpoints"] and p["drill"] == "kill":
             try:
                 keep(os.path.join(work, "drill", "checkpoints"), p["keep_checkpoints"])
                 kept = p["keep_checkpoints"]
