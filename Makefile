@@ -57,7 +57,7 @@ demo: setup
 	@set -e; mkdir -p $(DEMO_CACHE); \
 	  inventory="$$($(BIN)/nodeprep lab inventory --output .lab-inventory.ini)"; \
 	  torch="torch==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("torch"))')"; \
-	  $(BIN)/python -m pip download -q -d $(DEMO_CACHE)/wheels "$$torch"; \
+	  $(BIN)/python -m pip download --progress-bar off -d $(DEMO_CACHE)/wheels "$$torch"; \
 	  $(BIN)/nodeprep build-image --apptainer $(APPTAINER) --wheelhouse $(DEMO_CACHE)/wheels \
 	    --torch "$$torch" --output $(DEMO_CACHE)/nodeprep-trainer.sif; \
 	  vars="$$($(BIN)/nodeprep lab apptainer-vars $(DEMO_CACHE)/nodeprep-trainer.sif \

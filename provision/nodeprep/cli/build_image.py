@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from nodeprep.cli.errors import BadInput
+from nodeprep.cli.progress import Ticker
 from nodeprep.image import runtime
 from nodeprep.image.build import BuildRequest, BuildResult, build
 from nodeprep.image.definition import DEFAULT_BASE, DEFAULT_TORCH
@@ -119,11 +120,24 @@ def build_image(
 def _run(console: Console, request: BuildRequest) -> BuildResult:
     """Build with a live status line on a terminal, apptainer's step lines otherwise."""
     if not console.is_terminal:
-        return build(request, on_line=lambda line: _plain(console, line))
+        last = ["starting"]
+        ticker = Ticker(console, lambda: f"building the image (last step: {last[0][:100]})")
+
+        def plain(line: str) -> None:
+            if line.strip():
+                last[0] = line.strip()
+            if _plain(console, line):
+                ticker.mark()
+
+        with ticker:
+            return build(request, on_line=plain)
     with console.status("building the image") as status:
         return build(request, on_line=lambda line: status.update(f"building: {line[:100]}"))
 
 
-def _plain(console: Console, line: str) -> None:
+def _plain(console: Console, line: str) -> bool:
+    """Print apptainer's own step lines; whether LINE was one."""
     if line.startswith(("INFO:", "WARNING:", "FATAL:", "ERROR:")):
         console.print(line, markup=False, soft_wrap=True)
+        return True
+    return False

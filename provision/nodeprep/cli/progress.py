@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -17,6 +20,47 @@ from rich.table import Table
 from nodeprep.runner import Progress, RunRequest, RunResult
 
 _COUNTED = ("ok", "changed", "failed", "unreachable")
+# Without a terminal (a log, CI), a long step prints a line at least this often.
+QUIET_S = 30.0
+
+
+class Ticker:
+    """Says "still ..." after every QUIET_S seconds in which nothing else was printed.
+
+    For output that is not a terminal, where no live status shows that a long step (an
+    image build, a large copy to the nodes) is alive. WHAT names the step in progress.
+    """
+
+    def __init__(self, console: Console, what: Callable[[], str], quiet_s: float = QUIET_S):
+        self.console, self.what, self.quiet_s = console, what, quiet_s
+        self.started = self.last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="nodeprep-ticker", daemon=True)
+
+    def __enter__(self) -> Ticker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def mark(self, restart: bool = False) -> None:
+        """Something was printed (and, with RESTART, a new step began)."""
+        self.last = time.monotonic()
+        if restart:
+            self.started = self.last
+
+    def _loop(self) -> None:
+        while not self._stop.wait(min(1.0, self.quiet_s)):
+            now = time.monotonic()
+            if now - self.last >= self.quiet_s:
+                self.last = now
+                self.console.print(
+                    f"  ... still {self.what()} ({now - self.started:.0f} s so far)",
+                    markup=False,
+                    soft_wrap=True,
+                )
 
 
 @dataclass
@@ -28,11 +72,12 @@ class _HostLine:
 class ProgressView:
     """A live per-host table on a terminal; one line per task and per failure otherwise."""
 
-    def __init__(self, console: Console, hosts: tuple[str, ...]) -> None:
-        self.console = console
+    def __init__(self, console: Console, hosts: tuple[str, ...], quiet_s: float = QUIET_S) -> None:
+        self.console, self.quiet_s = console, quiet_s
         self.hosts = {host: _HostLine() for host in hosts}
         self.current = ""
         self.live: Live | None = None
+        self.ticker: Ticker | None = None
 
     def __enter__(self) -> ProgressView:
         if self.console.is_terminal:
@@ -40,6 +85,11 @@ class ProgressView:
                 self._table(), console=self.console, refresh_per_second=4, transient=True
             )
             self.live.__enter__()
+        else:
+            self.ticker = Ticker(
+                self.console, lambda: f"running TASK [{self.current}]", self.quiet_s
+            )
+            self.ticker.__enter__()
         return self
 
     def __exit__(
@@ -47,6 +97,8 @@ class ProgressView:
     ) -> None:
         if self.live is not None:
             self.live.__exit__(kind, exc, tb)
+        if self.ticker is not None:
+            self.ticker.__exit__(kind, exc, tb)
 
     def __call__(self, item: Progress) -> None:
         label = f"{item.role} : {item.task}" if item.role else item.task
@@ -56,6 +108,8 @@ class ProgressView:
                 line.task = label
             if self.live is None:
                 self.console.print(f"TASK [{label}]", markup=False, soft_wrap=True)
+            if self.ticker is not None:
+                self.ticker.mark(restart=True)
         else:
             line = self.hosts.setdefault(item.host, _HostLine())
             if item.outcome in line.counts:
@@ -66,6 +120,8 @@ class ProgressView:
                     markup=False,
                     soft_wrap=True,
                 )
+                if self.ticker is not None:
+                    self.ticker.mark()
         if self.live is not None:
             self.live.update(self._table())
 
