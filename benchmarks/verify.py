@@ -5,6 +5,7 @@ same load; each figure is the median of its mode's runs, from the command line a
 runs it. Verify changes nothing on a node, so the runs do not disturb one another.
 
     .venv/bin/python benchmarks/verify.py [INVENTORY] [--rounds 3] [-e @vars.yml] [--baseline REF]
+        [--checks GROUPS]
 
 Without INVENTORY it verifies the running lab (`nodeprep lab up`, then `provision`, as
 `make demo` leaves it). --baseline REF also runs the nodeprep of commit REF (a temporary git
@@ -61,8 +62,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs per mode (default 3)")
     parser.add_argument("-e", dest="extra_vars", action="append", default=[])
     parser.add_argument("--baseline", metavar="REF", help="also run commit REF's nodeprep")
+    parser.add_argument(
+        "--checks", help="verify --checks GROUPS, e.g. all but smoke to leave the drill out"
+    )
     args = parser.parse_args()
     extra = [part for value in args.extra_vars for part in ("-e", value)]
+    extra += ["--checks", args.checks] if args.checks else []
     with ExitStack() as stack:
         variants = [Nodeprep("after")]
         if args.baseline:
@@ -70,7 +75,8 @@ def main() -> None:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="np-bench-")))
         inventory = args.inventory or lab_inventory(scratch)
         runs, counts = measure(variants, inventory, args.rounds, extra, scratch)
-    summary: dict[str, Any] = {"rounds": args.rounds, "runs": runs, "counts": counts}
+    summary: dict[str, Any] = {"rounds": args.rounds, "runs": runs, "counts": counts,
+                               "checks": args.checks or "all"}  # fmt: skip
     for variant in variants:
         linear = statistics.median(runs[f"{variant.label}_linear"])
         fast = statistics.median(runs[f"{variant.label}_fast"])
