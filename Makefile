@@ -16,7 +16,7 @@ system-packages:
 	@bash .ci/system-packages
 
 $(STAMP): pyproject.toml
-	@bash .ci/timed venv -- bash -c '\
+	@TIMED_TICK_S=30 bash .ci/timed venv -- bash -c '\
 	  test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) && \
 	  $(BIN)/python -m pip install -q --upgrade pip && \
 	  $(BIN)/python -m pip install -q -e ".[trainer,heartbeat,test]"'

@@ -40,3 +40,14 @@ def test_the_progress_view_names_the_task_that_is_running() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0] == "TASK [apptainer : Copy the image]"
     assert lines[1].startswith("  ... still running TASK [apptainer : Copy the image] ("), lines
+
+
+def test_a_step_that_prints_nothing_restarts_the_clock_but_not_the_quiet_period() -> None:
+    console, out = _console()
+    with Ticker(console, lambda: "verifying", quiet_s=0.4) as ticker:
+        for _ in range(6):  # silent steps starting every 0.15 s
+            time.sleep(0.15)
+            ticker.mark(restart=True, printed=False)
+    lines = out.getvalue().splitlines()
+    assert lines, "silent steps hid a quiet period"
+    assert all(line.startswith("  ... still verifying (0 s so far)") for line in lines), lines

@@ -45,11 +45,13 @@ class Ticker:
         self._stop.set()
         self._thread.join()
 
-    def mark(self, restart: bool = False) -> None:
-        """Something was printed (and, with RESTART, a new step began)."""
-        self.last = time.monotonic()
+    def mark(self, restart: bool = False, printed: bool = True) -> None:
+        """Something was PRINTED, and with RESTART a new step began (its clock restarts)."""
+        now = time.monotonic()
+        if printed:
+            self.last = now
         if restart:
-            self.started = self.last
+            self.started = now
 
     def _loop(self) -> None:
         while not self._stop.wait(min(1.0, self.quiet_s)):

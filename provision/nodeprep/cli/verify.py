@@ -27,7 +27,7 @@ from nodeprep.cli.options import (
     user_ansible_config,
     verbose_option,
 )
-from nodeprep.cli.progress import write_json
+from nodeprep.cli.progress import Ticker, write_json
 
 
 def parse_checks(values: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
@@ -50,8 +50,16 @@ class _Progress:
 
     def __init__(self, console: Console, selectors: tuple[str, ...]) -> None:
         self.console, self.selectors = console, selectors
+        self.task = "the first task"
+        # A check can take minutes (the smoke drill): say what is running meanwhile.
+        self.ticker = Ticker(console, lambda: f"running TASK [{self.task}]")
 
     def __call__(self, item: runner.Progress) -> None:
+        if item.host is None:
+            self.task = f"{item.role} : {item.task}" if item.role else item.task
+            self.ticker.mark(restart=True, printed=False)
+        if item.checks:
+            self.ticker.mark()
         for found in item.checks:
             if not report.selected(str(found.get("check")), self.selectors):
                 continue
@@ -167,7 +175,9 @@ def run_verify(
     request = ask_passwords(request)
     console.print(f"nodeprep verify: {len(hosts)} host(s): {', '.join(hosts)}", markup=False)
     started = time.monotonic()
-    result = runner.run(request, on_progress=_Progress(console, selectors))
+    progress = _Progress(console, selectors)
+    with progress.ticker:
+        result = runner.run(request, on_progress=progress)
     built = report.from_run(result, hosts, selectors)
     built.seconds = time.monotonic() - started
     report.render(console, built)
