@@ -104,9 +104,11 @@ def test_missing_python_is_refused(tmp_path: Path) -> None:
 
 
 def test_bad_role_variable_is_refused_before_any_task(local_inventory: Path) -> None:
+    """Checked on the controller against the role's argument spec: bad input, nothing runs."""
     code, out = provision(local_inventory, "-e", "preflight_min_free_gb=lots")
-    assert code == 1, out
-    assert "preflight_min_free_gb" in out
+    assert code == 2, out
+    assert "-e: preflight_min_free_gb = 'lots' is not valid for role preflight" in out
+    assert "running provision.yml" not in out
     assert "Probe the node's Python version" not in out
 
 
