@@ -110,7 +110,10 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert lab_node.sh("ls /opt").split().count("tmux-3.5a") == 0
 
     # Every role did its work: the bond over both NICs, the data disk filled out to 2 GiB.
-    assert lab_node.sh("cat /sys/class/net/bond0/bonding/slaves").split() == ["ens4", "ens5"]
+    assert sorted(lab_node.sh("cat /sys/class/net/bond0/bonding/slaves").split()) == [
+        "ens4",
+        "ens5",
+    ]
     assert int(lab_node.sh("df --output=size -B1M /data | tail -1")) > 1900
     assert lab_node.sh("systemctl is-active nodeprep-heartbeat").strip() == "active"
 
