@@ -262,7 +262,5 @@ def load_inventory(request: runner.RunRequest) -> inventory.Inventory:
     try:
         rolevars.check(request.extra_vars, "-e")
         return inventory.load(request.inventory, request.limit, frozenset(request.extra_vars))
-    except rolevars.RoleVarError as exc:
-        raise BadInput(str(exc)) from exc
-    except inventory.InventoryError as exc:
+    except (rolevars.RoleVarError, inventory.InventoryError) as exc:
         raise BadInput(str(exc)) from exc
