@@ -38,7 +38,7 @@ test-unit: setup
 	@bash .ci/timed unit -- $(PYTEST) tests/unit
 
 test-integration: setup
-	@bash .ci/timed integration -- $(PYTEST) --durations=10 tests/integration
+	@bash .ci/timed integration -- $(PYTEST) --durations=30 tests/integration
 
 test-lab: setup
 	@bash .ci/timed lab -- $(PYTEST) --durations=20 tests/lab

@@ -111,3 +111,31 @@ def ping_during_cut(node: LabNode, nic: str, seconds: int = 8) -> str:
         seconds + 30,
     )
     return node.sh("cat /tmp/failover.txt")
+
+
+def verify_fails_with_both_links_cut(lab_node: LabNode, lab_ini: Path) -> None:
+    """Both links cut: the checks that read the live bond fail and say what they saw."""
+    for nic in ("b0", "b1"):
+        assert lab_node.cli("fault", "node1", "link-down", nic).returncode == 0
+    assert until(lambda: members_up(bonding(lab_node)) == [])
+    cut = run_role(lab_ini, playbook="verify.yml")
+    failed = {r["check"]: r["detail"] for r in cut.result.results if r["status"] == "fail"}
+    assert set(failed) == {"nic_bond.members_up", "nic_bond.active_member", "nic_bond.peer"}
+    assert "Members with MII status up: none" in failed["nic_bond.members_up"]
+    assert f"ping -I {BOND} {PEER}" in failed["nic_bond.peer"], failed
+    for nic in ("b0", "b1"):
+        assert lab_node.cli("fault", "node1", "link-up", nic).returncode == 0
+    assert until(lambda: sorted(members_up(bonding(lab_node))) == ["ens4", "ens5"])
+
+
+def reaches_peer_again(lab_node: LabNode) -> None:
+    """The restored bond carries traffic again; how long that took is printed."""
+    started = time.monotonic()
+    back = until(
+        lambda: "1 received" in lab_node.sh(f"ping -n -c 1 -W 2 -I {BOND} {PEER} || true"), 180
+    )
+    print(f"bond reaches {PEER} {time.monotonic() - started:.0f} s after the rollback")
+    assert back, lab_node.sh(
+        f"cat /proc/net/bonding/{BOND}; ip -d link show {BOND}; ip neigh; ip -br addr; "
+        f"nmcli -f GENERAL.STATE connection show {BOND}"
+    )

@@ -34,7 +34,7 @@ from nodeprep.lab import lifecycle
 from nodeprep.lab.ssh import SshTarget, run_ssh
 from nodeprep.lab.state import LabState, load_state
 
-# Two VMs, three provision runs and two verify runs: 599 s and 616 s in two runs on 2 cores.
+# Two VMs, two provision runs and two verify runs.
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
 NODES = ("node1", "node2")
@@ -79,7 +79,7 @@ def provision(tmp_path: Path, inventory: Path, *args: str) -> tuple[int, str, di
     return done.exit_code, done.output, json.loads(out.read_text())
 
 
-def test_canary_failure_stops_rollout_then_fleet_rolls_and_is_idempotent(
+def test_canary_failure_stops_rollout_then_fleet_rolls_and_verify_names_the_broken(
     fleet: LabState, tmp_path: Path
 ) -> None:
     inventory = tmp_path / "fleet.ini"
@@ -110,12 +110,8 @@ def test_canary_failure_stops_rollout_then_fleet_rolls_and_is_idempotent(
         assert int(sh(fleet, name, "df --output=size -B1M /data | tail -1")) > 1900
         assert sh(fleet, name, "systemctl is-active nodeprep-heartbeat").strip() == "active"
 
-    code, output, summary = provision(tmp_path, inventory, "-e", f"@{_vars(tmp_path, grow)}")
-    assert code == 0, output
-    assert {host: recap["changed"] for host, recap in summary["hosts"].items()} == {
-        "node1": 0,
-        "node2": 0,
-    }
+    # A second run changing nothing is the quick start's story (every role, one node): here it
+    # would cost two more rolling batches under TCG.
 
     # Verify proves the fleet: every check passes or skips with a reason. Fleet-wide, as
     # provision above, with --fast (verify under the linear strategy runs in the integration

@@ -8,6 +8,13 @@ checkpoint.newest verifies the checkpoints the drill kept. Around it, what the a
 must refuse: a package or an image whose sha256 is not the one given is not sent, and nothing
 changes on the node.
 
+The node also carries the bond's story, so that the bond is converged once in the lab tier:
+before the chain, the nic_bond role refuses the NIC that carries SSH and its check mode
+changes nothing; after the chain's first provision the active port is cut while pinging
+through the bond (failover), the second provision then changes nothing, the bond's checks
+fail by name with both links cut, and a change whose probe gets no answer is rolled back.
+The 64 MiB written to the data disk before the chain survive volume_grow's online grow.
+
 The torch image is the one the image tier built in this run (same path and content hash, so
 build-image skips it); provision and verify run under the mitogen strategy (`--fast`), as in
 the fleet test, to keep CI within its budget; `make demo` runs them under the linear one.
@@ -16,6 +23,7 @@ the fleet test, to keep CI within its budget; `make demo` runs them under the li
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +31,21 @@ from typing import Any
 
 import pytest
 from lab_helpers import LabNode
+from nic_bond_helpers import (
+    ADDRESS,
+    BOND,
+    active_member,
+    bonding,
+    lost_pings,
+    members_up,
+    ping_during_cut,
+    profiles,
+    reaches_peer_again,
+    reply_gaps_ms,
+    run_role,
+    until,
+    verify_fails_with_both_links_cut,
+)
 from verify_helpers import SLOW_NODE_VARS, failures, run_verify, statuses
 
 from image_testbed import TORCH_IMAGE, apptainer, build_image, torch_wheelhouse
@@ -31,6 +54,10 @@ from nodeprep.lab.inventory import SMOKE_CHECKPOINTS
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(2400)]
 CACHE = "/var/cache/nodeprep/apptainer"
+BOND_MARKER = "/etc/nodeprep/roles/nic_bond.json"
+PORTS = {"ens4": "b0", "ens5": "b1"}  # the bond NICs and the lab's names for their links
+WRITE_PAYLOAD = "sudo dd if=/dev/urandom of=/data/payload bs=1M count=64 status=none && sync"
+PAYLOAD_SUM = "sha256sum /data/payload | cut -d' ' -f1"
 SKIPPED = {"gpu.driver", "gpu.count", "gpu.temperature", "gpu.ecc", "gpu.xid"}
 PASSED = {"preflight.os", "preflight.disk", "heartbeat.service", "heartbeat.watchdog",
           "heartbeat.metrics", "heartbeat.probes", "tmux.version", "tmux.config", "tmux.linger",
@@ -81,6 +108,9 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     good = json.loads(Path(made.stdout.strip()).read_text())
     debs = [Path(entry["src"]) for entry in good["apptainer_package_files"]]
     assert any(deb.name.startswith("apptainer_") for deb in debs), debs
+    lab_node.sh(WRITE_PAYLOAD)
+    payload = lab_node.sh(PAYLOAD_SUM)
+    refused_and_checked_bond_changes_nothing(lab_node, inventory)
 
     # A package whose sha256 is not the one given: refused on the controller, nothing sent.
     wrong = [dict(good["apptainer_package_files"][0], sha256="0" * 64),
@@ -99,6 +129,7 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     code, output, summary = provision(inventory, lab_node.env, good, tmp_path)
     assert code == 0, output
     assert summary["hosts"]["node1"]["changed"] > 0, summary
+    bond_fails_over(lab_node)
     code, output, summary = provision(inventory, lab_node.env, good, tmp_path)
     assert code == 0, output
     assert summary["hosts"]["node1"]["changed"] == 0, output
@@ -114,10 +145,77 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
         "ens4",
         "ens5",
     ]
+    assert ADDRESS in lab_node.sh(f"ip -br addr show {BOND}")
     assert int(lab_node.sh("df --output=size -B1M /data | tail -1")) > 1900
+    assert lab_node.sh(PAYLOAD_SUM) == payload
     assert lab_node.sh("systemctl is-active nodeprep-heartbeat").strip() == "active"
 
-    # verify, told nothing but the inventory: all pass but the GPU's, which skip saying why.
+    verify_passes_all_but_the_gpu_checks(inventory, tmp_path)
+
+    verify_fails_with_both_links_cut(lab_node, inventory)
+    bad_probe_is_rolled_back(lab_node, inventory)
+
+    # An image whose sha256 is not the one given: refused, the node keeps its copy.
+    code, output, _ = provision(
+        inventory, lab_node.env, {**good, "apptainer_image_sha256": "f" * 64}, tmp_path,
+        "--tags", "apptainer",
+    )  # fmt: skip
+    assert code == 1, output
+    assert "nothing was copied" in output, output
+    assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
+
+
+def refused_and_checked_bond_changes_nothing(node: LabNode, inventory: Path) -> None:
+    """ens3 carries the SSH session: refused without the opt-in; check mode changes nothing."""
+    before = profiles(node)
+    refused = run_role(inventory, {"nic_bond_members": ["ens3", "ens4"]})
+    assert refused.result.exit_code == 1
+    assert "Refusing to bond ens3 into bond0" in refused.messages
+    assert "management connection" in refused.messages
+    assert profiles(node) == before
+    checked = run_role(inventory, check=True)
+    assert checked.result.exit_code == 0, checked.messages
+    assert checked.changed > 0
+    assert profiles(node) == before
+    assert "absent" in node.sh(f"test -e {BOND_MARKER} && echo present || echo absent")
+
+
+def bond_fails_over(node: LabNode) -> None:
+    """Cut the active port while pinging every 10 ms through the bond; then restore it."""
+    text = bonding(node)
+    assert "Bonding Mode: fault-tolerance (active-backup)" in text
+    assert "MII Polling Interval (ms): 100" in text
+    active = active_member(node)
+    assert active in PORTS, text
+    other = next(nic for nic in PORTS if nic != active)
+    output = ping_during_cut(node, PORTS[active])
+    assert until(lambda: active_member(node) == other)
+    lost, gaps = lost_pings(output), reply_gaps_ms(output)
+    print(f"failover {active} -> {other}: {lost} pings lost, longest gap {max(gaps):.0f} ms")
+    assert re.search(r" [1-9][0-9]* received", output), output
+    assert node.cli("fault", "node1", "link-up", PORTS[active]).returncode == 0
+    assert until(lambda: sorted(members_up(bonding(node))) == sorted(PORTS))
+
+
+def bad_probe_is_rolled_back(node: LabNode, inventory: Path) -> None:
+    """A change whose proof fails (nothing answers at the probe target) is rolled back."""
+    settled = profiles(node)
+    bad = run_role(inventory, {
+        "nic_bond_ipv4_address": "10.77.0.16/24", "nic_bond_probe_target": "10.77.0.99",
+        "nic_bond_probe_timeout": 5,
+    })  # fmt: skip
+    assert bad.result.exit_code == 1
+    assert "packets transmitted, 0 received" in bad.messages  # ping through the bond failed
+    assert "Rolled back: NetworkManager restored the configuration" in bad.messages
+    assert "on request" in bad.messages
+    assert ADDRESS in node.sh(f"ip -br addr show {BOND}")
+    assert "10.77.0.16" not in node.sh(f"nmcli -g ipv4.addresses connection show {BOND}")
+    assert profiles(node) == settled
+    reaches_peer_again(node)
+
+
+def verify_passes_all_but_the_gpu_checks(inventory: Path, tmp_path: Path) -> None:
+    """verify, told nothing but the inventory: all pass but the GPU's, which skip saying why."""
     code, output, report = run_verify(
         inventory, tmp_path, "chain", "--fast", node_vars=SLOW_NODE_VARS
     )
@@ -132,12 +230,3 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert SMOKE_CHECKPOINTS in details["checkpoint.newest"], details
     assert "bond-peer" in details["heartbeat.probes"], details
     assert "PASSED" in output
-
-    # An image whose sha256 is not the one given: refused, the node keeps its copy.
-    code, output, _ = provision(
-        inventory, lab_node.env, {**good, "apptainer_image_sha256": "f" * 64}, tmp_path,
-        "--tags", "apptainer",
-    )  # fmt: skip
-    assert code == 1, output
-    assert "nothing was copied" in output, output
-    assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]

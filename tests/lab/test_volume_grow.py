@@ -2,7 +2,9 @@
 
 `nodeprep lab fault node1 disk-grow` is what the hypervisor does when an EBS volume grows;
 the role must then find the disk, wait for the size, grow the partition and the filesystem
-online, and never lose a byte of what was on it.
+online, and never lose a byte of what was on it. ext4 grown online, with data on it, and a
+second run that changes nothing: the quick start's node (tests/lab/test_quickstart.py) and
+the fleet's (tests/lab/test_fleet.py).
 """
 
 from __future__ import annotations
@@ -59,55 +61,7 @@ def messages(result: Any) -> str:
     return " ".join(f.message for f in result.failures)
 
 
-def test_ext4_grows_online_keeps_data_and_second_run_changes_nothing(
-    lab_node: LabNode, tmp_path: Path
-) -> None:
-    lab_node.sh(WRITE_PAYLOAD)
-    before = lab_node.sh(PAYLOAD_SUM)
-    assert data_size_mib(lab_node) < 1024
-    grow_disk(lab_node, "2G")
-
-    first = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 2}], fast=True)
-    assert first.exit_code == 0, first.failures
-    # growpart, resize2fs, and the applied marker for verify
-    assert first.recap["node1"].changed == 3
-    assert data_size_mib(lab_node) > 1900
-    assert lab_node.sh("findmnt -no FSTYPE /data").strip() == "ext4"
-    assert lab_node.sh(PAYLOAD_SUM) == before
-
-    second = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 2}], fast=True)
-    assert second.exit_code == 0, second.failures
-    assert second.recap["node1"].changed == 0
-
-    # Below the disk's size now, or no size at all: refused before anything changes.
-    table = lab_node.sh("sudo sfdisk --dump /dev/vdb")
-    smaller = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 1}], fast=True)
-    assert smaller.exit_code == 1
-    assert "size_gb 1 for /dev/vdb is below its current 2.0 GiB" in messages(smaller)
-    assert smaller.recap["node1"].changed == 0
-    negative = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": -5}], fast=True)
-    assert negative.exit_code == 1
-    assert "a size_gb of 1 GiB or more" in messages(negative)
-    assert negative.recap["node1"].changed == 0
-    assert lab_node.sh("sudo sfdisk --dump /dev/vdb") == table
-    assert lab_node.sh(PAYLOAD_SUM) == before
-
-
-def test_xfs_grows_through_its_mount_point(lab_node: LabNode, tmp_path: Path) -> None:
-    lab_node.sh("sudo umount /data && sudo mkfs.xfs -q -f /dev/vdb1 && sudo mount /dev/vdb1 /data")
-    lab_node.sh(WRITE_PAYLOAD)
-    before = lab_node.sh(PAYLOAD_SUM)
-    grow_disk(lab_node, "3G")
-
-    result = converge(lab_node, tmp_path, [{"mount": "/data"}], fast=True)
-    assert result.exit_code == 0, result.failures
-    assert result.recap["node1"].changed == 3  # growpart, xfs_growfs, the marker
-    assert data_size_mib(lab_node) > 2900
-    assert lab_node.sh("findmnt -no FSTYPE /data").strip() == "xfs"
-    assert lab_node.sh(PAYLOAD_SUM) == before
-
-
-def test_unknown_filesystem_is_refused_and_left_untouched(
+def test_unknown_filesystem_is_refused_then_xfs_grows_through_its_mount_point(
     lab_node: LabNode, tmp_path: Path
 ) -> None:
     # Random bytes where the filesystem was: nothing any tool recognises.
@@ -124,6 +78,31 @@ def test_unknown_filesystem_is_refused_and_left_untouched(
     assert "/dev/vdb1 has filesystem none/unknown, which nodeprep does not grow" in messages(result)
     assert result.recap["node1"].changed == 0
     assert lab_node.sh(snapshot) == before
+
+    lab_node.sh("sudo mkfs.xfs -q -f /dev/vdb1 && sudo mount /dev/vdb1 /data")
+    lab_node.sh(WRITE_PAYLOAD)
+    before = lab_node.sh(PAYLOAD_SUM)
+    grow_disk(lab_node, "3G")
+
+    result = converge(lab_node, tmp_path, [{"mount": "/data"}], fast=True)
+    assert result.exit_code == 0, result.failures
+    assert result.recap["node1"].changed == 3  # growpart, xfs_growfs, the marker
+    assert data_size_mib(lab_node) > 2900
+    assert lab_node.sh("findmnt -no FSTYPE /data").strip() == "xfs"
+    assert lab_node.sh(PAYLOAD_SUM) == before
+
+    # Below the disk's size now, or no size at all: refused before anything changes.
+    table = lab_node.sh("sudo sfdisk --dump /dev/vdb")
+    smaller = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": 1}], fast=True)
+    assert smaller.exit_code == 1
+    assert "size_gb 1 for /dev/vdb is below its current 3.0 GiB" in messages(smaller)
+    assert smaller.recap["node1"].changed == 0
+    negative = converge(lab_node, tmp_path, [{"device": "/dev/vdb", "size_gb": -5}], fast=True)
+    assert negative.exit_code == 1
+    assert "a size_gb of 1 GiB or more" in messages(negative)
+    assert negative.recap["node1"].changed == 0
+    assert lab_node.sh("sudo sfdisk --dump /dev/vdb") == table
+    assert lab_node.sh(PAYLOAD_SUM) == before
 
 
 @pytest.fixture
