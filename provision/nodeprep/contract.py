@@ -27,6 +27,12 @@ watchdog never needs torch and the trainer never needs the watchdog.
 - After the save commits, the trainer appends one JSON line (an
   :class:`EmergencyRecord`) to ``<run_dir>/emergency.jsonl``, which lets the
   watchdog report detection -> durable-checkpoint latency.
+- Beside its registration the trainer publishes its progress at every step
+  (``<pid>.progress``, see :mod:`nodeprep.progress`); a stale registration takes its
+  progress file with it.
+- ``STACKS_SIGNAL`` (SIGUSR2) makes a trainer write every thread's Python stack to
+  :func:`stack_dump_path` (``faulthandler``: written from the signal handler itself, so
+  a rank blocked inside a collective still answers). The watchdog sends it on a hang.
 """
 
 from __future__ import annotations
@@ -44,8 +50,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 EMERGENCY_SIGNAL = signal.SIGUSR1
+STACKS_SIGNAL = signal.SIGUSR2
 DEFAULT_REGISTRY = Path("/run/nodeprep/trainers")
 EMERGENCY_LOG_NAME = "emergency.jsonl"
+PROGRESS_SUFFIX = ".progress"
+STACKS_DIR_NAME = "stacks"
 PROC = Path("/proc")
 _START_TIME_FIELD = 22  # of /proc/PID/stat, 1-based (proc(5))
 _HELD_LOCKS: dict[Path, int] = {}  # registration file -> fd holding its flock
@@ -306,6 +315,11 @@ def boot_id(proc: Path = PROC) -> str | None:
         return None
 
 
+def stack_dump_path(run_dir: Path, rank: int, pid: int) -> Path:
+    """Where the trainer of ``rank`` (process ``pid``) writes its stacks on STACKS_SIGNAL."""
+    return run_dir / STACKS_DIR_NAME / f"rank{rank}-pid{pid}.txt"
+
+
 def append_emergency_record(run_dir: Path, record: EmergencyRecord) -> None:
     """Append one record and fsync, so the watchdog never reads a half line as committed."""
     path = run_dir / EMERGENCY_LOG_NAME
@@ -361,6 +375,7 @@ def _discard(path: Path) -> bool:
     """Remove a stale record; failing (a read-only registry, permissions) is not an error."""
     try:
         path.unlink(missing_ok=True)
+        path.with_suffix(PROGRESS_SUFFIX).unlink(missing_ok=True)
     except OSError as err:
         log.debug("cannot remove stale registration %s: %s", path, err)
         return False

@@ -15,7 +15,7 @@ import ast
 import sys
 from pathlib import Path
 
-NODE_SIDE = ("checkpoint", "trainer", "data", "heartbeat", "smoke", "contract")
+NODE_SIDE = ("checkpoint", "trainer", "data", "heartbeat", "smoke", "contract", "progress")
 CONTROLLER_SIDE = (
     "cli", "runner", "inventory", "report", "rollout", "image", "lab", "wheel", "paths",
     "checks", "textfile", "debmirror",

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from nodeprep import contract
 from nodeprep.heartbeat.config import ActionsConfig
+from nodeprep.heartbeat.hang_response import HangResponse
+from nodeprep.heartbeat.progress_probe import Stalled
 
 log = logging.getLogger(__name__)
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -50,10 +52,24 @@ class ActionLedger:
     last_time: dict[str, float] = field(default_factory=dict)
     last_checkpoint_latency_s: float | None = None
     ignored: dict[str, int] = field(default_factory=dict)
+    # Per trainer (run_dir, rank): the hangs declared and the last stack dump's Unix time.
+    trainer_hangs: dict[tuple[str, int], int] = field(default_factory=dict)
+    trainer_last_dump: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def note(self, action: str, when: float) -> None:
         self.total[action] = self.total.get(action, 0) + 1
         self.last_time[action] = when
+
+    def note_trainer(self, action: str, trainer: Stalled, when: float) -> None:
+        """An action of the hang response, per trainer (the hang itself: per trainer only,
+        the node counted it once already)."""
+        key = (trainer.entry.run_dir, trainer.progress.rank)
+        if action == "hang":
+            self.trainer_hangs[key] = self.trainer_hangs.get(key, 0) + 1
+            return
+        self.note(action, when)
+        if action == "stack_dump":
+            self.trainer_last_dump[key] = when
 
     def note_ignored(self, reason: contract.IgnoreReason) -> None:
         """One registration ignored (not an action taken, so a separate counter)."""
@@ -92,6 +108,34 @@ class Actions:
         if self.cfg.tmux_session:
             self._tmux(trip)
         self._webhook("trip", trip)
+
+    def hang(self, trip: Trip, stalled: list[Stalled]) -> None:
+        """Trainers stopped stepping: dump their stacks, then escalate (in the background).
+
+        Not subject to ``min_trip_interval_s``: a hang is not another view of a network
+        trip that has just been acted on, and an emergency checkpoint cannot help a trainer
+        that no longer reaches a step boundary.
+        """
+        self._note("hang", trip)
+        response = HangResponse(self.cfg.hang, self._send, self._alive, self._note_trainer)
+        threading.Thread(target=response.run, args=(stalled,), name="hang", daemon=True).start()
+        self._webhook("hang", trip)
+
+    def paused_pids(self) -> set[int]:
+        """Trainers this watchdog paused itself: stopped on purpose, never hung."""
+        with self._lock:
+            return set(self.paused)
+
+    def _note_trainer(self, action: str, trainer: Stalled | None) -> None:
+        with self._lock:
+            if trainer is None:
+                self.ledger.note(action, time.time())
+            else:
+                self.ledger.note_trainer(action, trainer, time.time())
+
+    def _alive(self, entry: contract.Registration) -> bool:
+        """Whether ``entry`` is still the trainer that registered (not dead, not reused)."""
+        return contract.identity_mismatch(entry, self.registry) is None
 
     def recover(self, trip: Trip) -> None:
         """The node is healthy again: resume paused trainers and tell the webhook."""

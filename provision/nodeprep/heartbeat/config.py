@@ -13,8 +13,10 @@ from typing import Any
 
 from nodeprep import contract
 
-PROBE_TYPES = ("http", "imds", "spot_notice", "tcp", "icmp", "writable", "gpu")
+PROBE_TYPES = ("http", "imds", "spot_notice", "tcp", "icmp", "writable", "gpu", "progress")
 DEFAULT_METADATA_URL = "http://169.254.169.254"
+# Signals a hang may escalate through (each after hang.grace_s if the trainer still lives).
+HANG_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
 
 
 class ConfigError(ValueError):
@@ -41,6 +43,23 @@ class ProbeConfig:
     max_memory_ratio: float = 0.99
     min_utilization_ratio: float | None = None
     max_ecc_uncorrected: int = 0
+    # progress: a trainer is hung after no step for factor x its median step, clamped to
+    # [floor_s, ceiling_s]; at least startup_s / checkpoint_s in those phases.
+    factor: float = 10.0
+    floor_s: float = 30.0
+    ceiling_s: float = 600.0
+    startup_s: float = 600.0
+    checkpoint_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class HangConfig:
+    """What to do with the trainers a progress probe finds hung, in this order."""
+
+    dump_stacks: bool = True
+    dump_wait_s: float = 2.0
+    signals: tuple[str, ...] = ("SIGTERM", "SIGKILL")
+    grace_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,7 @@ class ActionsConfig:
     tmux_keys: tuple[str, ...] = ("C-c",)
     webhook_url: str | None = None
     webhook_timeout_s: float = 2.0
+    hang: HangConfig = field(default_factory=HangConfig)
 
 
 @dataclass(frozen=True)
@@ -133,7 +153,8 @@ def _probe(raw: object, where: str) -> ProbeConfig:
         "type": kind,
         "interval": interval,
         "timeout": timeout,
-        "fail_threshold": sec.count("fail_threshold", 3),
+        # A progress probe's allowance already is its patience: one late reading is a hang.
+        "fail_threshold": sec.count("fail_threshold", 1 if kind == "progress" else 3),
         "recover_threshold": sec.count("recover_threshold", 2),
     }
     common.update(_TYPED[kind](sec))
@@ -199,6 +220,20 @@ def _gpu_fields(sec: _Section) -> dict[str, Any]:
     return fields
 
 
+def _progress_fields(sec: _Section) -> dict[str, Any]:
+    fields = {
+        key: sec.positive(key, default)
+        for key, default in (("factor", 10.0), ("floor_s", 30.0), ("ceiling_s", 600.0),
+                             ("startup_s", 600.0), ("checkpoint_s", 300.0))
+    }  # fmt: skip
+    if fields["floor_s"] > fields["ceiling_s"]:
+        raise ConfigError(
+            f"{sec.key('floor_s')}: {fields['floor_s']:g} s exceeds ceiling_s "
+            f"{fields['ceiling_s']:g} s; the floor must not be above the ceiling."
+        )
+    return fields
+
+
 _TYPED = {
     "http": _http_fields,
     "imds": _metadata_fields,
@@ -207,6 +242,7 @@ _TYPED = {
     "icmp": _icmp_fields,
     "writable": _writable_fields,
     "gpu": _gpu_fields,
+    "progress": _progress_fields,
 }
 
 
@@ -214,6 +250,7 @@ def _actions(raw: object) -> ActionsConfig:
     sec = _Section(raw, "actions")
     tmux = _Section(sec.get("tmux", dict, {}), "actions.tmux")
     hook = _Section(sec.get("webhook", dict, {}), "actions.webhook")
+    hang = _hang(sec.get("hang", dict, {}))
     keys = tmux.get("keys", list, ["C-c"])
     if not keys or not all(isinstance(k, str) and k for k in keys):
         raise ConfigError(f"{tmux.key('keys')}: must be a list of tmux key names, got {keys!r}.")
@@ -230,10 +267,29 @@ def _actions(raw: object) -> ActionsConfig:
         tmux_keys=tuple(keys),
         webhook_url=url,
         webhook_timeout_s=hook.positive("timeout_s", 2.0),
+        hang=hang,
     )
     for section in (tmux, hook, sec):
         section.finish()
     return actions
+
+
+def _hang(raw: object) -> HangConfig:
+    sec = _Section(raw, "actions.hang")
+    signals = sec.get("signals", list, ["SIGTERM", "SIGKILL"])
+    if not all(isinstance(name, str) and name in HANG_SIGNALS for name in signals):
+        raise ConfigError(
+            f"{sec.key('signals')}: must list signals among {', '.join(HANG_SIGNALS)} (or be "
+            f"empty: dump stacks only), got {signals!r}."
+        )
+    hang = HangConfig(
+        dump_stacks=bool(sec.get("dump_stacks", bool, True)),
+        dump_wait_s=sec.positive("dump_wait_s", 2.0),
+        signals=tuple(signals),
+        grace_s=sec.positive("grace_s", 30.0),
+    )
+    sec.finish()
+    return hang
 
 
 def parse(data: object, check_paths: bool = True) -> Config:

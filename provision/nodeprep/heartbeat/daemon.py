@@ -16,6 +16,7 @@ from nodeprep.heartbeat import metrics, probes
 from nodeprep.heartbeat.actions import Actions, Trip
 from nodeprep.heartbeat.config import Config, ProbeConfig
 from nodeprep.heartbeat.gpu import GpuCheck, load_nvml
+from nodeprep.heartbeat.progress_probe import ProgressCheck, ProgressOutcome
 from nodeprep.heartbeat.scheduler import ProbeRunner, Scheduler
 from nodeprep.heartbeat.sdnotify import Notifier
 from nodeprep.heartbeat.state import ProbeState, State, Transition, node_state
@@ -38,6 +39,7 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.actions = Actions(config.actions, config.registry_dir, tmux_bin=tmux_bin)
         self.gpu_checks: list[GpuCheck] = []
+        self.progress_checks: list[ProgressCheck] = []
         self._nvml_given = nvml
         start = time.monotonic()
         self.runners = [ProbeRunner(p, self._attempt(p), start) for p in config.probes]
@@ -54,6 +56,10 @@ class Daemon:
             check = GpuCheck(cfg, module, missing)
             self.gpu_checks.append(check)
             return check.attempt
+        if cfg.type == "progress":
+            watch = ProgressCheck(cfg, self.config.registry_dir, self.actions.paused_pids)
+            self.progress_checks.append(watch)
+            return watch.attempt
         factory = {
             "http": probes.http_attempt,
             "imds": probes.imds_attempt,
@@ -101,7 +107,9 @@ class Daemon:
                 outcome.latency_s,
             )
         trip = Trip(cfg.name, outcome.evidence, time.time(), outcome.notice)
-        if change is Transition.FAILED:
+        if change is Transition.FAILED and isinstance(outcome, ProgressOutcome):
+            self.actions.hang(trip, list(outcome.stalled))
+        elif change is Transition.FAILED:
             self.actions.trip(trip)
         node_before = self.node
         self.node = node_state([s.state for s in self.states.values()])
@@ -134,7 +142,11 @@ class Daemon:
             dict(ledger.last_time),
             ledger.last_checkpoint_latency_s,
             registrations_ignored=dict(ledger.ignored),
+            trainer_hangs=dict(ledger.trainer_hangs),
+            trainer_last_dump=dict(ledger.trainer_last_dump),
         )
+        for watch in self.progress_checks:
+            snap.trainers.update(watch.readings)
         for check in self.gpu_checks:
             snap.gpu.update(check.readings)
             snap.gpu_uuid.update(check.uuids)

@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nodeprep.contract import IgnoreReason
+from nodeprep.heartbeat.progress_probe import TrainerReading
 from nodeprep.heartbeat.state import State
 
 PREFIX = "nodeprep_heartbeat"
@@ -54,6 +55,9 @@ class Snapshot:
     gpu_skipped_reason: str | None = None
     registrations_ignored: dict[str, int] = field(default_factory=dict)
     gpu_uuid: dict[str, str] = field(default_factory=dict)  # index -> NVML UUID
+    trainers: dict[tuple[str, int], TrainerReading] = field(default_factory=dict)
+    trainer_hangs: dict[tuple[str, int], int] = field(default_factory=dict)
+    trainer_last_dump: dict[tuple[str, int], float] = field(default_factory=dict)
 
 
 def _gauge(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
@@ -106,7 +110,41 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     for reason in IgnoreReason:
         ignored.add_metric([reason.value], snap.registrations_ignored.get(reason.value, 0))
     yield ignored
+    yield from _trainer_families(snap)
     yield from _gpu_families(snap)
+
+
+def _trainer_families(snap: Snapshot) -> Iterator[Metric]:
+    """Per trainer (run directory and rank, stable across restarts, unlike the pid); none
+    until a progress probe has seen a trainer."""
+    if not snap.trainers and not snap.trainer_hangs:
+        return
+    labels = ["run_dir", "rank"]
+    gauges = {
+        "step": _gauge("trainer_step", "Last step the trainer completed.", labels),
+        "rate": _gauge("trainer_steps_per_second", "1 / the trainer's median step time.", labels),
+        "idle": _gauge("trainer_seconds_since_step", "Seconds since its last step.", labels),
+        "loss": _gauge("trainer_loss", "Loss of its last step.", labels),
+    }
+    for (run_dir, rank), reading in sorted(snap.trainers.items()):
+        key = [run_dir, str(rank)]
+        gauges["step"].add_metric(key, reading.step)
+        if reading.steps_per_second is not None:
+            gauges["rate"].add_metric(key, reading.steps_per_second)
+        gauges["idle"].add_metric(key, reading.seconds_since_step)
+        gauges["loss"].add_metric(key, reading.loss)
+    yield from gauges.values()
+    hangs = _counter("trainer_hangs", "Hangs declared for the trainer since the daemon started.",
+                     labels)  # fmt: skip
+    known = sorted(set(snap.trainers) | set(snap.trainer_hangs))
+    for run_dir, rank in known:
+        hangs.add_metric([run_dir, str(rank)], snap.trainer_hangs.get((run_dir, rank), 0))
+    yield hangs
+    dumped = _gauge("trainer_last_stack_dump_timestamp_seconds",
+                    "Unix time of the trainer's last stack dump.", labels)  # fmt: skip
+    for (run_dir, rank), when in sorted(snap.trainer_last_dump.items()):
+        dumped.add_metric([run_dir, str(rank)], when)
+    yield dumped
 
 
 def _gpu_families(snap: Snapshot) -> Iterator[Metric]:

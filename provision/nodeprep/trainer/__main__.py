@@ -10,17 +10,20 @@ on stderr, no traceback).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
 from nodeprep import contract
 from nodeprep.checkpoint import CheckpointWriteError
 from nodeprep.checkpoint import distributed as dist_util
+from nodeprep.progress import ProgressWriter, progress_path
 from nodeprep.trainer.loop import EXIT_PREEMPTED, TrainConfig, Trainer, setup_distributed
 from nodeprep.trainer.statehash import final_state
 
@@ -97,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     config = _config(args, setup_distributed(args.device))
     config.run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(config)
+    # Before registering: SIGUSR2's default action would kill the trainer the watchdog asks.
+    stacks = _install_stack_dumps(config.run_dir)
     registered = _register(config.run_dir)
+    if registered:
+        trainer.progress = ProgressWriter(progress_path(os.getpid()), dist_util.rank())
     try:
         try:
             result = trainer.train()
@@ -114,8 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             torch.save(state, _per_rank(args.final_state_out))
         return 0 if result.finished else 1
     finally:
+        if trainer.progress is not None:
+            trainer.progress.close()
         if registered:
             contract.unregister()
+        faulthandler.unregister(contract.STACKS_SIGNAL)
+        stacks.close()
         if dist_util.active():
             dist_util.shutdown()
 
@@ -124,6 +135,19 @@ def _per_rank(path: Path) -> Path:
     """Rank 0 writes ``path`` itself, rank r ``path.rank<r>``: each rank's RNG differs."""
     rank = dist_util.rank()
     return path if rank == 0 else path.with_name(f"{path.name}.rank{rank}")
+
+
+def _install_stack_dumps(run_dir: Path) -> TextIO:
+    """On STACKS_SIGNAL, every thread's Python stack is appended to this rank's dump file.
+
+    faulthandler writes from the signal handler itself, so a rank stuck inside a collective
+    (C code that never returns to the interpreter) still answers.
+    """
+    path = contract.stack_dump_path(run_dir, dist_util.rank(), os.getpid())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open as long as the handler
+    faulthandler.register(contract.STACKS_SIGNAL, file=handle, all_threads=True, chain=False)
+    return handle
 
 
 def _register(run_dir: Path) -> bool:

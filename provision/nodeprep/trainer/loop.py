@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -19,6 +20,7 @@ from torch import nn
 from nodeprep import contract
 from nodeprep.checkpoint import Checkpointer, EmergencyFlag, ResumableSampler
 from nodeprep.checkpoint import distributed as dist_util
+from nodeprep.progress import Phase, ProgressWriter
 from nodeprep.trainer.model import SyntheticData, build_model
 from nodeprep.trainer.statehash import final_state, state_hash
 
@@ -97,6 +99,8 @@ class Trainer:
             stop_on_error=config.stop_on_save_error,
         )
         self.step = 0
+        # Set once the trainer is registered: the watchdog judges hangs from it.
+        self.progress: ProgressWriter | None = None
 
     def train(self) -> TrainResult:
         """Resume, train to the end and return only once the final state is durable.
@@ -115,9 +119,10 @@ class Trainer:
             if self._loop():
                 return TrainResult(False, self.step, "", preempted=True)
             if resumed != self.step:  # trained: the final state must be on disk
-                if self.config.layer_for(self.step) != "full":
-                    self.checkpointer.save(self.step, "full")
-                self.checkpointer.ensure_durable(self.step)
+                with self._blocking():
+                    if self.config.layer_for(self.step) != "full":
+                        self.checkpointer.save(self.step, "full")
+                    self.checkpointer.ensure_durable(self.step)
         finally:
             self.checkpointer.close()
         digest = state_hash(final_state(self.model, self.optimizer, self.extras))
@@ -135,6 +140,8 @@ class Trainer:
         while self.step < self.config.steps:
             loss = self._run_batch()
             self.step += 1
+            if self.progress is not None:
+                self.progress.step(self.step, loss)
             if self.step % self.config.log_every == 0:
                 self._say(f"step {self.step} loss={loss:.6f} t={time.time():.6f}")
             self.checkpointer.poll()
@@ -143,8 +150,15 @@ class Trainer:
                 return True
             layer = self.config.layer_for(self.step)
             if layer and not saved:
-                self.checkpointer.save(self.step, layer)
+                with self._blocking():  # the copy to host memory blocks the loop
+                    self.checkpointer.save(self.step, layer)
         return False
+
+    def _blocking(self) -> contextlib.AbstractContextManager[None]:
+        """The loop waits on a save: the watchdog allows a checkpoint's time between steps."""
+        if self.progress is None:
+            return contextlib.nullcontext()
+        return self.progress.phase(Phase.CHECKPOINT)
 
     def _run_batch(self) -> float:
         self.model.train()
@@ -163,7 +177,8 @@ class Trainer:
         requests = [r for r in dist_util.gather_all(self.flag.take()) if r is not None]
         first = min(requests, key=lambda r: r.signal_time)
         must_exit = any(r.should_exit for r in requests)
-        result = self.checkpointer.save_and_wait(self.step, "full")
+        with self._blocking():
+            result = self.checkpointer.save_and_wait(self.step, "full")
         if result is not None and result.path is not None:
             record = contract.EmergencyRecord(
                 signal=first.signal_name,
@@ -179,7 +194,8 @@ class Trainer:
             )
         if must_exit:
             # Exit 143 says "saved, then stopped": only true once the save committed.
-            self.checkpointer.ensure_durable(self.step)
+            with self._blocking():
+                self.checkpointer.ensure_durable(self.step)
         return True, must_exit
 
     def _say(self, text: str) -> None:

@@ -50,13 +50,15 @@ def run_daemon(tmp_path: Path) -> Iterator[Callable[..., RunningDaemon]]:
 @pytest.fixture
 def start_trainer(
     tmp_path: Path,
-) -> Iterator[Callable[[str], tuple[subprocess.Popen[bytes], Path]]]:
+) -> Iterator[Callable[..., tuple[subprocess.Popen[bytes], Path]]]:
+    """Start a dummy trainer: ``start(name, *options)`` (see dummy_trainer.py)."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
+    def start(name: str, *options: str) -> tuple[subprocess.Popen[bytes], Path]:
         run_dir = tmp_path / name
         env = dict(os.environ, NODEPREP_RUN_DIR=str(tmp_path / "run"))
-        proc = subprocess.Popen([sys.executable, str(DUMMY_TRAINER), str(run_dir)], env=env)
+        argv = [sys.executable, str(DUMMY_TRAINER), str(run_dir), *options]
+        proc = subprocess.Popen(argv, env=env)
         procs.append(proc)
         wait_for((run_dir / "ready").exists, 10, f"trainer {name} to register")
         return proc, run_dir
@@ -66,4 +68,8 @@ def start_trainer(
         if proc.poll() is None:
             os.kill(proc.pid, 18)  # SIGCONT, in case a test left it paused
             proc.terminate()
-            proc.wait(5)
+            try:
+                proc.wait(2)  # a stand-in leaves within one step
+            except subprocess.TimeoutExpired:  # a hung stand-in ignores SIGTERM, as meant
+                proc.kill()
+                proc.wait(5)

@@ -4,21 +4,29 @@ It is not the reference trainer (that lives in nodeprep.trainer); it only proves
 signal path. It "trains" in steps of ``--step-s`` seconds; the SIGUSR1 handler only sets
 a flag, and at the next step boundary it writes a checkpoint file (temp file, fsync,
 rename) and appends an EmergencyRecord. It writes ``<run_dir>/ready`` once registered.
+With ``--progress`` it publishes its progress at every step and dumps its stacks on
+STACKS_SIGNAL, as the reference trainer does; ``--hang-after N`` then blocks it after step
+N in a call that never returns (as a rank stuck in a collective), and ``--slow-after N``
+makes its steps ``--slow-step-s`` long from step N on.
 
-Usage: python dummy_trainer.py RUN_DIR [--step-s 0.05] (registry from NODEPREP_RUN_DIR).
+Usage: python dummy_trainer.py RUN_DIR [--step-s 0.05] [--progress] [--hang-after N]
+    [--slow-after N --slow-step-s S]   (registry from NODEPREP_RUN_DIR)
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from types import FrameType
 
 from nodeprep import contract
+from nodeprep.progress import ProgressWriter, progress_path
 
 
 def _save(run_dir: Path, step: int) -> Path:
@@ -41,6 +49,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--step-s", type=float, default=0.05)
+    parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--hang-after", type=int, default=0)
+    parser.add_argument("--slow-after", type=int, default=0)
+    parser.add_argument("--slow-step-s", type=float, default=0.0)
     args = parser.parse_args()
     run_dir: Path = args.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -55,13 +67,24 @@ def main() -> int:
 
     signal.signal(contract.EMERGENCY_SIGNAL, on_usr1)
     signal.signal(signal.SIGTERM, on_term)
+    if args.progress:
+        dump = contract.stack_dump_path(run_dir, 0, os.getpid())
+        dump.parent.mkdir(parents=True, exist_ok=True)
+        stacks = open(dump, "a", encoding="utf-8")  # noqa: SIM115 - open for the handler
+        faulthandler.register(contract.STACKS_SIGNAL, file=stacks, all_threads=True)
     contract.register(run_dir, time.time())
+    progress = ProgressWriter(progress_path(os.getpid()), 0) if args.progress else None
     (run_dir / "ready").write_text(str(os.getpid()))
     step = 0
     try:
         while running[0]:
-            time.sleep(args.step_s)
+            slow = args.slow_after and step >= args.slow_after
+            time.sleep(args.slow_step_s if slow else args.step_s)
             step += 1
+            if progress is not None:
+                progress.step(step, 1.0 / step)
+            if step == args.hang_after:
+                threading.Event().wait()  # never returns, signal handlers or not
             if requested:
                 signal_time = requested.pop(0)
                 requested.clear()
@@ -71,6 +94,8 @@ def main() -> int:
                 )
                 contract.append_emergency_record(run_dir, record)
     finally:
+        if progress is not None:
+            progress.close()
         contract.unregister()
     return 0
 

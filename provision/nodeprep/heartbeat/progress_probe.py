@@ -1,0 +1,144 @@
+"""The progress probe: is every registered trainer still taking steps?
+
+A trainer that stops making progress (a hung collective, a deadlocked loader, a stuck
+filesystem) looks healthy to every other probe until its collective timeout fires: 10
+minutes by PyTorch's default for NCCL. This probe reads the progress record that each
+confirmed trainer publishes at every step (:mod:`nodeprep.progress`) and calls a trainer
+hung when no step came within its allowance: ``factor`` x its own median step time,
+clamped to ``[floor_s, ceiling_s]``, and at least ``startup_s`` while it starts up or
+``checkpoint_s`` while a blocking save runs. The median comes from the trainer, so a run
+that slows down steadily moves its own allowance with it.
+
+A trainer that the watchdog paused itself (``pause_trainers``) is not judged: it stopped
+because it was asked to.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeprep import contract
+from nodeprep.heartbeat.config import ProbeConfig
+from nodeprep.heartbeat.probes import Outcome
+from nodeprep.progress import (
+    Phase,
+    Progress,
+    ProgressInFlight,
+    ProgressUnreadable,
+    progress_path,
+    read_progress,
+)
+
+
+@dataclass(frozen=True)
+class Stalled:
+    """A trainer found hung: who, what it last published, and the figures of the verdict."""
+
+    entry: contract.Registration
+    progress: Progress
+    idle_s: float
+    allowed_s: float
+
+    def describe(self) -> str:
+        return (
+            f"trainer pid {self.entry.pid} (rank {self.progress.rank}, {self.entry.run_dir}): "
+            f"no step for {self.idle_s:.1f} s after step {self.progress.step} "
+            f"(allowed {self.allowed_s:.1f} s, {self.progress.phase.name.lower()})"
+        )
+
+
+@dataclass(frozen=True)
+class ProgressOutcome(Outcome):
+    """An outcome that also names the hung trainers, for the hang response."""
+
+    stalled: tuple[Stalled, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class TrainerReading:
+    """What the metrics say about one trainer."""
+
+    run_dir: str
+    rank: int
+    pid: int
+    step: int
+    loss: float
+    steps_per_second: float | None
+    seconds_since_step: float
+
+
+def allowance(cfg: ProbeConfig, progress: Progress) -> float:
+    """Seconds a trainer may go without a step in its current phase."""
+    median = progress.median_step_s
+    base = cfg.floor_s if median <= 0 else cfg.factor * median
+    allowed = min(max(base, cfg.floor_s), cfg.ceiling_s)
+    if progress.phase is Phase.STARTUP:
+        return max(allowed, cfg.startup_s)
+    if progress.phase is Phase.CHECKPOINT:
+        return max(allowed, cfg.checkpoint_s)
+    return allowed
+
+
+class ProgressCheck:
+    """One probe over every registered trainer; its readings are kept for the metrics."""
+
+    def __init__(
+        self,
+        cfg: ProbeConfig,
+        registry: Path,
+        paused: Callable[[], set[int]] = set,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg, self.registry, self.paused, self.clock = cfg, registry, paused, clock
+        self.readings: dict[tuple[str, int], TrainerReading] = {}
+        # The last consistent reading per pid: it stands for a record whose writer was
+        # stopped inside a write, so that rank still ages into a hang.
+        self._last: dict[int, Progress] = {}
+
+    def attempt(self) -> Outcome:
+        start = time.monotonic()
+        trainers = contract.scan_registry(self.registry).trainers
+        paused = self.paused()
+        stalled: list[Stalled] = []
+        seen: dict[int, Progress] = {}
+        readings: dict[tuple[str, int], TrainerReading] = {}
+        problems: list[str] = []
+        for entry in trainers:
+            if entry.pid in paused:
+                continue
+            try:
+                progress = read_progress(progress_path(entry.pid, self.registry))
+            except ProgressInFlight as err:
+                progress = self._last.get(entry.pid)
+                if progress is None:
+                    problems.append(f"pid {entry.pid}: {err}")
+            except (OSError, ProgressUnreadable) as err:
+                problems.append(f"pid {entry.pid}: {err}")
+                continue
+            if progress is None:  # a trainer that publishes no progress is not judged
+                continue
+            seen[entry.pid] = progress
+            idle = self.clock() - progress.last_step_time
+            allowed = allowance(self.cfg, progress)
+            readings[(entry.run_dir, progress.rank)] = _reading(entry, progress, idle)
+            if idle > allowed:
+                stalled.append(Stalled(entry, progress, idle, allowed))
+        self.readings, self._last = readings, seen
+        latency = time.monotonic() - start
+        if stalled:
+            evidence = "; ".join(s.describe() for s in stalled)
+            return ProgressOutcome(False, f"hung: {evidence}", latency, stalled=tuple(stalled))
+        evidence = f"{len(readings)} trainer(s) stepping" if readings else "no trainer publishes"
+        if problems:
+            evidence += f"; unreadable progress: {'; '.join(problems)}"
+        return ProgressOutcome(True, evidence, latency)
+
+
+def _reading(entry: contract.Registration, progress: Progress, idle: float) -> TrainerReading:
+    rate = 1.0 / progress.median_step_s if progress.median_step_s > 0 else None
+    return TrainerReading(
+        entry.run_dir, progress.rank, entry.pid, progress.step, progress.loss, rate, idle
+    )
