@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     registered = _register(config.run_dir)
     if registered:
         trainer.progress = ProgressWriter(progress_path(os.getpid()), dist_util.rank())
+    finished = False
     try:
         try:
             result = trainer.train()
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.final_state_out:
             state = final_state(trainer.model, trainer.optimizer, trainer.extras)
             torch.save(state, _per_rank(args.final_state_out))
-        return 0 if result.finished else 1
+        finished = result.finished
+        return 0 if finished else 1
     finally:
         if trainer.progress is not None:
             trainer.progress.close()
@@ -127,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             contract.unregister()
         faulthandler.unregister(contract.STACKS_SIGNAL)
         stacks.close()
-        if dist_util.active():
+        # After a stop (a signal, a failed save) a peer may be gone already, and
+        # destroy_process_group then waits on it (seen: a rank that had been stopped, then
+        # SIGTERMed, never exited). The process is leaving; the kernel closes its sockets.
+        if finished and dist_util.active():
             dist_util.shutdown()
 
 

@@ -1,19 +1,26 @@
-"""Two-process torchrun (gloo, loopback only): the whole job killed, resumed, bit-exact per rank."""
+"""Two-process torchrun (gloo, loopback only), bit-exact per rank against one uninterrupted run:
+the whole job killed and resumed; one rank stopped, found hung by the watchdog, escalated,
+restarted by torchrun and resumed."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from nodeprep import contract
+from nodeprep.progress import progress_path, read_progress
 from proctree import descendants
 
 from .trainer_proc import SMALL, assert_bit_exact, load_state, trainer_env, wait_for_count
@@ -28,10 +35,13 @@ def _free_port() -> int:
         return port
 
 
-def _torchrun(run_dir: Path, out: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _torchrun(
+    run_dir: Path, out: Path, env: dict[str, str], log: Path, *options: str
+) -> subprocess.Popen[bytes]:
     torchrun = Path(sys.executable).with_name("torchrun")
     args = [
         str(torchrun),
+        *options,
         "--nnodes",
         "1",
         "--nproc-per-node",
@@ -70,13 +80,32 @@ def _kill_job(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=60)
 
 
-@pytest.mark.timeout(600)
-def test_torchrun_two_ranks_killed_and_resumed_bit_exact(tmp_path: Path) -> None:
-    env = trainer_env(tmp_path / "registry")
+def _env(registry: Path) -> dict[str, str]:
+    env = trainer_env(registry)
     env.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted job's final states (ref.pt, ref.pt.rank1), shared by the stories."""
+    where = tmp_path_factory.mktemp("reference")
+    env = _env(where / "registry")
+    proc = _torchrun(where / "run", where / "ref.pt", env, where / "ref.log")
+    assert proc.wait(timeout=300) == 0, (where / "ref.log").read_text()[-3000:]
+    return where / "ref.pt"
+
+
+def _assert_bit_exact_per_rank(reference: Path, out: Path) -> None:
+    for suffix in ("", ".rank1"):
+        expected = load_state(reference.with_name(reference.name + suffix))
+        assert_bit_exact(expected, load_state(out.with_name(out.name + suffix)), f"rank{suffix}")
+
+
+@pytest.mark.timeout(600)
+def test_torchrun_two_ranks_killed_and_resumed_bit_exact(tmp_path: Path, reference: Path) -> None:
+    env = _env(tmp_path / "registry")
     rand = random.Random(7)
-    reference = _torchrun(tmp_path / "reference", tmp_path / "ref.pt", env, tmp_path / "ref.log")
-    assert reference.wait(timeout=300) == 0, (tmp_path / "ref.log").read_text()[-3000:]
 
     run_dir, out, log = tmp_path / "run", tmp_path / "out.pt", tmp_path / "run.log"
     for _ in range(2):
@@ -93,8 +122,94 @@ def test_torchrun_two_ranks_killed_and_resumed_bit_exact(tmp_path: Path) -> None
 
     text = log.read_text()
     assert text.count("resumed=True") >= 2, text[-3000:]
-    for suffix in ("", ".rank1"):
-        expected = load_state(tmp_path / f"ref.pt{suffix}")
-        assert_bit_exact(expected, load_state(tmp_path / f"out.pt{suffix}"), f"rank{suffix}")
+    _assert_bit_exact_per_rank(reference, out)
     rank0, rank1 = (load_state(tmp_path / name)["rng"] for name in ("out.pt", "out.pt.rank1"))
     assert not rank0["torch_cpu"].equal(rank1["torch_cpu"]), "each rank keeps its own RNG"
+
+
+@pytest.fixture
+def watchdog(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """The heartbeat daemon as a process, watching the registry with a progress probe only.
+
+    The allowance is 3 s (the lab's steps take a few tens of milliseconds, so the floor
+    decides), read every 0.5 s; the start-up allowance covers torch's import on a loaded
+    machine. Escalation: SIGTERM, then SIGKILL after 20 s.
+    """
+    config = {
+        "probes": [{"name": "steps", "type": "progress", "interval": 0.5, "timeout": 0.5,
+                    "floor_s": 3, "startup_s": 120, "checkpoint_s": 30}],
+        "actions": {"signal_trainers": False,
+                    "hang": {"dump_wait_s": 3, "grace_s": 20}},
+        "registry_dir": str(tmp_path / "registry" / "trainers"),
+        "metrics": {"path": str(tmp_path / "heartbeat.prom"), "interval_s": 0.5},
+    }  # fmt: skip
+    path = tmp_path / "heartbeat.json"
+    path.write_text(json.dumps(config))
+    log = tmp_path / "heartbeat.log"
+    with open(log, "ab") as handle:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nodeprep.heartbeat", "--config", str(path)],
+            stdout=handle, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield proc, log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _ranks(registry: Path) -> dict[int, int]:
+    """rank -> pid of the trainers that publish progress now."""
+    ranks = {}
+    for record in registry.glob("*.json"):
+        pid = int(record.stem)
+        with contextlib.suppress(ValueError, OSError):
+            progress = read_progress(progress_path(pid, registry))
+            if progress is not None and progress.step >= 20:
+                ranks[progress.rank] = pid
+    return ranks
+
+
+@pytest.mark.timeout(600)
+def test_a_stopped_rank_is_found_hung_dumped_escalated_and_the_job_resumes_bit_exact(
+    tmp_path: Path, reference: Path, watchdog: tuple[subprocess.Popen[bytes], Path]
+) -> None:
+    """SIGSTOP one rank: the other waits in the collective, neither steps. The watchdog
+    declares both hung, has both dump their stacks (the stopped one once SIGCONT lets it run),
+    sends SIGTERM: both reach the step boundary, save an emergency checkpoint and exit 143;
+    torchrun restarts the group, which resumes and finishes bit-exact."""
+    daemon, daemon_log = watchdog
+    registry = tmp_path / "registry" / "trainers"
+    run_dir, out, log = tmp_path / "run", tmp_path / "out.pt", tmp_path / "run.log"
+    proc = _torchrun(run_dir, out, _env(tmp_path / "registry"), log, "--max-restarts", "1")
+    try:
+        deadline = time.monotonic() + 240
+        while len(ranks := _ranks(registry)) < 2:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "both ranks never reached step 20"
+            time.sleep(0.1)
+        os.kill(ranks[1], signal.SIGSTOP)
+        stopped = time.monotonic()
+        while "action=hang " not in daemon_log.read_text():
+            assert daemon.poll() is None, daemon_log.read_text()
+            assert time.monotonic() - stopped < 60, daemon_log.read_text()[-3000:]
+            time.sleep(0.05)
+        detected_s = time.monotonic() - stopped
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            _kill_job(proc)
+    print(f"hang declared {detected_s:.1f} s after SIGSTOP (allowance 3 s, read every 0.5 s)")
+    assert detected_s < 3 + 0.5 + 3, detected_s  # allowance, one interval, slack for load
+    for rank, pid in ranks.items():
+        stacks = contract.stack_dump_path(run_dir, rank, pid).read_text()
+        assert "nodeprep/trainer/loop.py" in stacks, (rank, stacks)
+    said = daemon_log.read_text()
+    assert len(re.findall(r"action=hang_sigterm pid=", said)) == 2, said
+    assert "action=hang_sigkill" not in said, said  # SIGTERM was enough: both saved, exited
+    assert re.search(rf"action=stack_dump pid={ranks[0]} rank=0 file=\S+ result=written", said)
+    assert re.search(rf"action=stack_dump pid={ranks[1]} rank=1 file=\S+ result=late", said)
+    text = log.read_text()
+    assert re.search(r"emergency checkpoint step=\d+ signal=SIGTERM", text), text[-3000:]
+    assert text.count("resumed=True") == 1, text[-3000:]
+    _assert_bit_exact_per_rank(reference, out)
