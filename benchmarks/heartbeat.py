@@ -10,6 +10,9 @@ Usage: python benchmarks/heartbeat.py [--quick] [--trainer-cmd "CMD ... {run_dir
 The trainer defaults to the dummy contract trainer in tests/unit/heartbeat; pass
 ``--trainer-cmd "python -m nodeprep.trainer ... {run_dir}"`` to use the reference trainer.
 Prints figures, then one JSON line.
+
+``--hang`` runs the hang lane instead (benchmarks/heartbeat_hang.py): time from a SIGSTOP
+to the progress probe declaring the hang, and the false trips of slow-but-steady trainers.
 """
 
 from __future__ import annotations
@@ -289,7 +292,12 @@ def main() -> int:
     parser.add_argument("--trainer-cmd", default=DUMMY, help="command template with {run_dir}")
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--lanes", type=int, help="daemons in parallel (default 8, quick 4)")
+    parser.add_argument("--hang", action="store_true", help="the hang lane instead")
     args = parser.parse_args()
+    if args.hang:
+        from heartbeat_hang import main as hang_main
+
+        return hang_main(quick=args.quick, seed=args.seed)
     lanes_n, faults, soak_s = (4, 20, 20.0) if args.quick else (8, 200, 60.0)
     lanes_n = args.lanes or lanes_n
     res = measure(lanes_n, faults, soak_s, args.trainer_cmd, args.seed)

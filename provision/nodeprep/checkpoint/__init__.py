@@ -5,6 +5,7 @@ from __future__ import annotations
 from nodeprep.checkpoint.checkpointer import Checkpointer, Stateful
 from nodeprep.checkpoint.durable import CheckpointWriteError, commit_checkpoint
 from nodeprep.checkpoint.emergency import EmergencyFlag, EmergencyRequest
+from nodeprep.checkpoint.finite import NonFiniteStateError
 from nodeprep.checkpoint.manifest import FORMAT_VERSION, CheckpointInvalidError, verify
 from nodeprep.checkpoint.sampler import ResumableSampler
 from nodeprep.checkpoint.store import committed, load_latest, load_verified
@@ -17,6 +18,7 @@ __all__ = [
     "Checkpointer",
     "EmergencyFlag",
     "EmergencyRequest",
+    "NonFiniteStateError",
     "ResumableSampler",
     "SaveResult",
     "Stateful",

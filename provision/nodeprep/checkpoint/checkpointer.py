@@ -25,8 +25,14 @@ import torch
 from nodeprep.checkpoint import distributed as dist_util
 from nodeprep.checkpoint import rng
 from nodeprep.checkpoint.durable import CheckpointWriteError, sweep_leftovers
+from nodeprep.checkpoint.finite import (
+    NONFINITE_POLICIES,
+    QUARANTINE_DIR,
+    NonFiniteStateError,
+    nonfinite_reason,
+)
 from nodeprep.checkpoint.store import LoadedCheckpoint, load_latest
-from nodeprep.checkpoint.writer import AsyncWriter, SaveResult, SyncWriter
+from nodeprep.checkpoint.writer import AsyncWriter, SaveResult, SyncWriter, write_and_prune
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,11 @@ class Checkpointer:
         async_write: bool = True,
         stop_on_error: bool = False,
         resume_from_light: bool = False,
+        nonfinite: str = "refuse",
     ) -> None:
+        if nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
+        self.nonfinite = nonfinite
         self.root, self.model, self.optimizer = root, model, optimizer
         self.extras = extras or {}
         self.config = config or {}
@@ -70,19 +80,26 @@ class Checkpointer:
         self.failures: list[SaveResult] = []
         self.is_writer = dist_util.rank() == 0
         self._writer: AsyncWriter | SyncWriter | None = None
+        self._keeps = {"full": keep, "light": keep_light}
         if self.is_writer:
             sweep_leftovers(root)
-            keeps = {"full": keep, "light": keep_light}
+            keeps = self._keeps
             self._writer = AsyncWriter(root, keeps) if async_write else SyncWriter(root, keeps)
 
-    def save(self, step: int, layer: str = "full") -> float:
+    def save(self, step: int, layer: str = "full", loss: float | None = None) -> float:
         """Snapshot now and commit in the background; returns the seconds the caller was blocked.
 
         The previous save's result is collected and checked before this one is
         submitted, so with ``stop_on_error`` a failure stops the run before
         another save starts; a synchronous write's own failure is checked at once.
+        A state whose parameters or ``loss`` are not finite is never committed as a
+        checkpoint (see finite.py): refused, or written aside under ``quarantine``.
         """
         started = time.monotonic()
+        reason = self._nonfinite(loss)
+        if reason is not None:
+            self._set_aside(step, layer, reason)
+            return time.monotonic() - started
         per_rank = dist_util.gather_all(self._rank_state())
         if self._writer is not None:
             self._check(self._writer.collect(block=True))
@@ -91,9 +108,11 @@ class Checkpointer:
             self._check(self._writer.collect(block=False))
         return time.monotonic() - started
 
-    def save_and_wait(self, step: int, layer: str = "full") -> SaveResult | None:
+    def save_and_wait(
+        self, step: int, layer: str = "full", loss: float | None = None
+    ) -> SaveResult | None:
         """Save and block until committed (emergency saves); rank 0 gets the result."""
-        self.save(step, layer)
+        self.save(step, layer, loss)
         result = self.wait()
         dist_util.barrier()
         return result
@@ -178,6 +197,35 @@ class Checkpointer:
         finally:
             self._writer.close()
             self._writer = None
+
+    def _nonfinite(self, loss: float | None) -> str | None:
+        """Every rank's verdict, agreed: a save is a collective, all ranks take one path."""
+        local = nonfinite_reason(_unwrap(self.model), loss)
+        if not dist_util.any_rank(local is not None):
+            return None
+        reasons = [str(r) for r in dist_util.gather_all(local) if r is not None]
+        return reasons[0]
+
+    def _set_aside(self, step: int, layer: str, reason: str) -> None:
+        """Refuse the save (or write it under quarantine/), count it failed, say why."""
+        aside = ""
+        if self.nonfinite == "quarantine":
+            per_rank = dist_util.gather_all(self._rank_state())
+            if self.is_writer:
+                done = write_and_prune(
+                    self.root / QUARANTINE_DIR, step, layer, self._payloads(step, layer, per_rank),
+                    keep=self._keeps[layer], extra={"world_size": len(per_rank)},
+                )  # fmt: skip
+                aside = f"; written aside to {done.path}" if done.path else f"; {done.error}"
+        newest = self.last_committed.path if self.last_committed else None
+        message = (
+            f"checkpoint of step {step} not committed: {reason} (nonfinite={self.nonfinite}"
+            f"{aside}); the newest checkpoint is {newest or 'none'}"
+        )
+        log.error("%s", message)
+        self.failures.append(SaveResult(step, layer, None, message, time.time(), 0.0, 0))
+        if self.stop_on_error:
+            raise NonFiniteStateError(message)
 
     def _rank_state(self) -> dict[str, Any]:
         extras = {name: c.state_dict() for name, c in self.extras.items()}

@@ -50,6 +50,7 @@ class ProbeConfig:
     ceiling_s: float = 600.0
     startup_s: float = 600.0
     checkpoint_s: float = 300.0
+    loss_spike_factor: float = 10.0  # a loss above this x its recent median is a spike (0: off)
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,10 @@ def _progress_fields(sec: _Section) -> dict[str, Any]:
         for key, default in (("factor", 10.0), ("floor_s", 30.0), ("ceiling_s", 600.0),
                              ("startup_s", 600.0), ("checkpoint_s", 300.0))
     }  # fmt: skip
+    spike = sec.get("loss_spike_factor", (int, float), 10.0)
+    if spike < 0:
+        raise ConfigError(f"{sec.key('loss_spike_factor')}: must be 0 (off) or more, got {spike}.")
+    fields["loss_spike_factor"] = float(spike)
     if fields["floor_s"] > fields["ceiling_s"]:
         raise ConfigError(
             f"{sec.key('floor_s')}: {fields['floor_s']:g} s exceeds ceiling_s "

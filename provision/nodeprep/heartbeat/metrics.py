@@ -125,6 +125,11 @@ def _trainer_families(snap: Snapshot) -> Iterator[Metric]:
         "rate": _gauge("trainer_steps_per_second", "1 / the trainer's median step time.", labels),
         "idle": _gauge("trainer_seconds_since_step", "Seconds since its last step.", labels),
         "loss": _gauge("trainer_loss", "Loss of its last step.", labels),
+        "anomaly": _gauge(
+            "trainer_loss_anomaly",
+            "1 while the loss read is NaN/Inf or a spike (label kind).",
+            [*labels, "kind"],
+        ),
     }
     for (run_dir, rank), reading in sorted(snap.trainers.items()):
         key = [run_dir, str(rank)]
@@ -133,6 +138,8 @@ def _trainer_families(snap: Snapshot) -> Iterator[Metric]:
             gauges["rate"].add_metric(key, reading.steps_per_second)
         gauges["idle"].add_metric(key, reading.seconds_since_step)
         gauges["loss"].add_metric(key, reading.loss)
+        for kind in ("nonfinite", "spike"):
+            gauges["anomaly"].add_metric([*key, kind], float(reading.loss_anomaly == kind))
     yield from gauges.values()
     hangs = _counter("trainer_hangs", "Hangs declared for the trainer since the daemon started.",
                      labels)  # fmt: skip

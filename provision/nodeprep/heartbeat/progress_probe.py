@@ -11,10 +11,19 @@ that slows down steadily moves its own allowance with it.
 
 A trainer that the watchdog paused itself (``pause_trainers``) is not judged: it stopped
 because it was asked to.
+
+The probe also watches the loss it reads: one that is NaN or Inf, or above
+``loss_spike_factor`` x the median of the losses it read recently, is an anomaly. That is a
+warning (logged when it starts, and a metric), not a trip: whether a spike is fatal is the
+run's call, and the checkpointer already refuses non-finite state.
 """
 
 from __future__ import annotations
 
+import collections
+import logging
+import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +40,9 @@ from nodeprep.progress import (
     progress_path,
     read_progress,
 )
+
+log = logging.getLogger(__name__)
+_LOSS_WINDOW = 32  # losses read (one per probe interval) that make the median
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,7 @@ class TrainerReading:
     loss: float
     steps_per_second: float | None
     seconds_since_step: float
+    loss_anomaly: str | None = None  # "nonfinite" or "spike"
 
 
 def allowance(cfg: ProbeConfig, progress: Progress) -> float:
@@ -97,6 +110,8 @@ class ProgressCheck:
         # The last consistent reading per pid: it stands for a record whose writer was
         # stopped inside a write, so that rank still ages into a hang.
         self._last: dict[int, Progress] = {}
+        self._losses: dict[tuple[str, int], collections.deque[float]] = {}
+        self._anomalies: dict[tuple[str, int], str | None] = {}
 
     def attempt(self) -> Outcome:
         start = time.monotonic()
@@ -123,7 +138,8 @@ class ProgressCheck:
             seen[entry.pid] = progress
             idle = self.clock() - progress.last_step_time
             allowed = allowance(self.cfg, progress)
-            readings[(entry.run_dir, progress.rank)] = _reading(entry, progress, idle)
+            key = (entry.run_dir, progress.rank)
+            readings[key] = _reading(entry, progress, idle, self._loss_anomaly(key, progress))
             if idle > allowed:
                 stalled.append(Stalled(entry, progress, idle, allowed))
         self.readings, self._last = readings, seen
@@ -136,9 +152,34 @@ class ProgressCheck:
             evidence += f"; unreadable progress: {'; '.join(problems)}"
         return ProgressOutcome(True, evidence, latency)
 
+    def _loss_anomaly(self, key: tuple[str, int], progress: Progress) -> str | None:
+        """Judge the loss read now against the recent ones; log when an anomaly starts."""
+        loss, anomaly = progress.loss, None
+        if progress.step == 0:  # nothing trained yet: no loss to judge
+            return None
+        recent = self._losses.setdefault(key, collections.deque(maxlen=_LOSS_WINDOW))
+        if not math.isfinite(loss):
+            anomaly = "nonfinite"
+        elif self.cfg.loss_spike_factor and len(recent) >= 3:
+            median = statistics.median(recent)
+            if median > 0 and loss > self.cfg.loss_spike_factor * median:
+                anomaly = "spike"
+        if anomaly != "nonfinite":
+            recent.append(loss)
+        if anomaly is not None and self._anomalies.get(key) != anomaly:
+            log.warning(
+                "trainer=%s rank=%d loss_anomaly=%s loss=%s step=%d recent_median=%s",
+                key[0], key[1], anomaly, loss, progress.step,
+                f"{statistics.median(recent):.6g}" if recent else "none",
+            )  # fmt: skip
+        self._anomalies[key] = anomaly
+        return anomaly
 
-def _reading(entry: contract.Registration, progress: Progress, idle: float) -> TrainerReading:
+
+def _reading(
+    entry: contract.Registration, progress: Progress, idle: float, anomaly: str | None
+) -> TrainerReading:
     rate = 1.0 / progress.median_step_s if progress.median_step_s > 0 else None
     return TrainerReading(
-        entry.run_dir, progress.rank, entry.pid, progress.step, progress.loss, rate, idle
+        entry.run_dir, progress.rank, entry.pid, progress.step, progress.loss, rate, idle, anomaly
     )

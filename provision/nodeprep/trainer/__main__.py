@@ -24,7 +24,13 @@ from nodeprep import contract
 from nodeprep.checkpoint import CheckpointWriteError
 from nodeprep.checkpoint import distributed as dist_util
 from nodeprep.progress import ProgressWriter, progress_path
-from nodeprep.trainer.loop import EXIT_PREEMPTED, TrainConfig, Trainer, setup_distributed
+from nodeprep.trainer.loop import (
+    EXIT_PREEMPTED,
+    TrainConfig,
+    Trainer,
+    TrainingStopped,
+    setup_distributed,
+)
 from nodeprep.trainer.statehash import final_state
 
 
@@ -54,6 +60,15 @@ def _parser() -> argparse.ArgumentParser:
     add("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     add("--sync-save", action="store_true", help="write checkpoints in the training process")
     add("--stop-on-save-error", action="store_true", help="stop instead of training on")
+    add(
+        "--nonfinite",
+        choices=["refuse", "quarantine"],
+        default="refuse",
+        help="a state with NaN/Inf weights or loss is never a checkpoint: refuse it, or write "
+        "it aside under RUN_DIR/checkpoints/quarantine for a post-mortem",
+    )
+    add("--stop-on-nonfinite-loss", action="store_true", help="stop at the first NaN/Inf loss")
+    add("--drill-nan-at", type=int, default=0, help="fault drill: weights turn NaN at STEP")
     add("--log-every", type=int, default=1)
     add("--state-hash-out", type=Path, help="write the final state's sha256 here")
     add("--final-state-out", type=Path, help="torch.save the final state here (for tests)")
@@ -64,6 +79,8 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
     for name in ("steps", "checkpoint_every", "keep", "batch_size", "log_every"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
+    if args.drill_nan_at < 0:
+        raise SystemExit("--drill-nan-at must be a step (1 or more), or 0 for no drill")
     if args.full_every < 0 or args.model_mb <= 0:
         raise SystemExit("--full-every must be >= 0 and --model-mb > 0")
     return TrainConfig(
@@ -79,6 +96,9 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
         async_write=not args.sync_save,
         stop_on_save_error=args.stop_on_save_error,
         log_every=args.log_every,
+        nonfinite=args.nonfinite,
+        stop_on_nonfinite_loss=args.stop_on_nonfinite_loss,
+        drill_nan_at=args.drill_nan_at,
     )
 
 
@@ -109,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             result = trainer.train()
-        except CheckpointWriteError as exc:
+        except (CheckpointWriteError, TrainingStopped) as exc:
             # An expected outcome with a clear cause, not a bug: one sentence, no traceback.
             print(f"nodeprep.trainer: stopped at step {trainer.step}: {exc}", file=sys.stderr)
             return 1

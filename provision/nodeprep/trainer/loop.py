@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import random
 import sys
@@ -44,6 +45,9 @@ class TrainConfig:
     async_write: bool = True
     stop_on_save_error: bool = False
     log_every: int = 1
+    nonfinite: str = "refuse"  # a NaN/Inf state: refused, or checkpointed under quarantine/
+    stop_on_nonfinite_loss: bool = False
+    drill_nan_at: int = 0  # fault drill: the weights turn NaN before this step (0: never)
 
     def layer_for(self, step: int) -> str | None:
         """Which checkpoint (if any) is due after ``step`` completes."""
@@ -52,6 +56,10 @@ class TrainConfig:
         if self.checkpoint_every and step % self.checkpoint_every == 0:
             return "light"
         return None
+
+
+class TrainingStopped(Exception):
+    """The run stopped on purpose (a non-finite loss); ``str()`` says why, for one line."""
 
 
 @dataclass
@@ -97,8 +105,10 @@ class Trainer:
             keep=config.keep,
             async_write=config.async_write,
             stop_on_error=config.stop_on_save_error,
+            nonfinite=config.nonfinite,
         )
         self.step = 0
+        self.loss: float | None = None
         # Set once the trainer is registered: the watchdog judges hangs from it.
         self.progress: ProgressWriter | None = None
 
@@ -121,7 +131,7 @@ class Trainer:
             if resumed != self.step:  # trained: the final state must be on disk
                 with self._blocking():
                     if self.config.layer_for(self.step) != "full":
-                        self.checkpointer.save(self.step, "full")
+                        self.checkpointer.save(self.step, "full", self.loss)
                     self.checkpointer.ensure_durable(self.step)
         finally:
             self.checkpointer.close()
@@ -138,10 +148,11 @@ class Trainer:
         save's failure stops the run (``--stop-on-save-error``) within one step.
         """
         while self.step < self.config.steps:
-            loss = self._run_batch()
+            loss = self.loss = self._run_batch()
             self.step += 1
             if self.progress is not None:
                 self.progress.step(self.step, loss)
+            self._stop_if_not_finite(loss)
             if self.step % self.config.log_every == 0:
                 self._say(f"step {self.step} loss={loss:.6f} t={time.time():.6f}")
             self.checkpointer.poll()
@@ -151,8 +162,19 @@ class Trainer:
             layer = self.config.layer_for(self.step)
             if layer and not saved:
                 with self._blocking():  # the copy to host memory blocks the loop
-                    self.checkpointer.save(self.step, layer)
+                    self.checkpointer.save(self.step, layer, loss)
         return False
+
+    def _stop_if_not_finite(self, loss: float) -> None:
+        """With ``stop_on_nonfinite_loss``: stop at the first step any rank's loss is NaN/Inf."""
+        if not self.config.stop_on_nonfinite_loss:
+            return
+        if dist_util.any_rank(not math.isfinite(loss)):
+            newest = self.checkpointer.last_committed
+            raise TrainingStopped(
+                f"the loss is not finite ({loss} on rank {dist_util.rank()}) at step {self.step}; "
+                f"the newest checkpoint is {newest.path if newest else 'none'}"
+            )
 
     def _blocking(self) -> contextlib.AbstractContextManager[None]:
         """The loop waits on a save: the watchdog allows a checkpoint's time between steps."""
@@ -161,6 +183,9 @@ class Trainer:
         return self.progress.phase(Phase.CHECKPOINT)
 
     def _run_batch(self) -> float:
+        if self.step + 1 == self.config.drill_nan_at:
+            with torch.no_grad():
+                next(iter(self.model.parameters())).fill_(float("nan"))
         self.model.train()
         inputs, labels = self.data.batch(self.sampler.next_batch(), self.device)
         self.optimizer.zero_grad(set_to_none=True)
@@ -178,7 +203,7 @@ class Trainer:
         first = min(requests, key=lambda r: r.signal_time)
         must_exit = any(r.should_exit for r in requests)
         with self._blocking():
-            result = self.checkpointer.save_and_wait(self.step, "full")
+            result = self.checkpointer.save_and_wait(self.step, "full", self.loss)
         if result is not None and result.path is not None:
             record = contract.EmergencyRecord(
                 signal=first.signal_name,

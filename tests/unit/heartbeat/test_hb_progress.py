@@ -24,7 +24,8 @@ from nodeprep import contract
 from nodeprep.heartbeat import config as config_mod
 from nodeprep.heartbeat import metrics
 from nodeprep.heartbeat.progress_probe import ProgressCheck, allowance
-from nodeprep.progress import Phase, Progress, progress_path, read_progress
+from nodeprep.heartbeat.state import State
+from nodeprep.progress import Phase, Progress, ProgressWriter, progress_path, read_progress
 
 TrainerStarter = Callable[..., tuple[subprocess.Popen[bytes], Path]]
 STEP_S = 0.05
@@ -207,3 +208,30 @@ def test_trainer_metrics_are_named_and_typed_for_node_exporter(
 def _steps(hb: RunningDaemon) -> int:
     readings = hb.daemon.progress_checks[0].readings
     return max((r.step for r in readings.values()), default=0)
+
+
+def test_a_nan_or_spiking_loss_is_a_warning_metric_not_a_trip(tmp_path: Path) -> None:
+    """This test process registers itself as the trainer and publishes its own losses."""
+    registry = tmp_path / "trainers"
+    contract.register(tmp_path / "run", time.time(), registry)
+    writer = ProgressWriter(progress_path(os.getpid(), registry), rank=0)
+    try:
+        cfg = config_mod.parse({"probes": [progress_probe()]}).probes[0]
+        check = ProgressCheck(cfg, registry)
+
+        def read(step: int, loss: float) -> str | None:
+            writer.step(step, loss)
+            outcome = check.attempt()
+            assert outcome.ok, outcome.evidence
+            return next(iter(check.readings.values())).loss_anomaly
+
+        assert [read(step, 1.0 + step / 100) for step in range(1, 6)] == [None] * 5
+        assert read(6, 10.0) is None  # 9.5 x the median: not yet a spike
+        assert read(7, 11.0) == "spike"
+        assert read(8, float("nan")) == "nonfinite"
+        assert read(9, 1.0) is None
+        text = metrics.render(metrics.Snapshot([], State.HEALTHY, trainers=check.readings))
+        assert 'kind="nonfinite"' in text
+    finally:
+        writer.close()
+        contract.unregister(registry)

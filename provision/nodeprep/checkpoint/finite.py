@@ -1,0 +1,43 @@
+"""Whether a state is worth a checkpoint: a run whose weights or loss turned NaN or Inf.
+
+Such a checkpoint would be the newest; retention would keep it and drop older good ones, and
+a resume would pick it. So the checkpointer refuses it (``nonfinite="refuse"``, the default)
+or writes it aside, under ``<root>/quarantine/``, where neither resume nor retention looks
+(``nonfinite="quarantine"``, for a post-mortem). Either way the save counts as failed: it
+is logged, ``ensure_durable`` of that step raises, and ``stop_on_error`` stops the run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from nodeprep.checkpoint.durable import CheckpointWriteError
+
+NONFINITE_POLICIES = ("refuse", "quarantine")
+QUARANTINE_DIR = "quarantine"
+_NAMES_SHOWN = 3
+
+
+class NonFiniteStateError(CheckpointWriteError):
+    """A checkpoint was not committed because the state is not finite."""
+
+
+def nonfinite_reason(model: torch.nn.Module, loss: float | None = None) -> str | None:
+    """Why the state must not be checkpointed (one phrase), or None when it is finite.
+
+    One device synchronisation for all parameters: the per-tensor verdicts are stacked on
+    the device and read back together.
+    """
+    if loss is not None and not math.isfinite(loss):
+        return f"the loss is {loss}"
+    named = [(name, p.detach()) for name, p in model.named_parameters()]
+    if not named:
+        return None
+    verdicts = torch.stack([torch.isfinite(p).all() for _, p in named]).tolist()
+    bad = [name for (name, _), ok in zip(named, verdicts, strict=True) if not ok]
+    if not bad:
+        return None
+    shown = ", ".join(bad[:_NAMES_SHOWN]) + (", ..." if len(bad) > _NAMES_SHOWN else "")
+    return f"{len(bad)} parameter tensor(s) hold NaN or Inf ({shown})"

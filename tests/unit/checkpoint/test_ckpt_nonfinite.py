@@ -1,0 +1,110 @@
+"""A run whose weights or loss turned NaN never writes a checkpoint that resume or retention
+would take for a good one: refused (the default) or written aside under quarantine/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from nodeprep.checkpoint import Checkpointer, CheckpointWriteError, NonFiniteStateError, committed
+from nodeprep.checkpoint import verify as verify_checkpoint
+
+from .conftest import make_run, run_trainer
+
+TRAINER = ["--steps", "60", "--seed", "3", "--checkpoint-every", "10", "--model-mb", "0.25",
+           "--drill-nan-at", "25"]  # fmt: skip
+
+
+def _poisoned(run: Any) -> None:
+    with torch.no_grad():
+        run.model[2].weight.fill_(float("nan"))
+
+
+def test_a_nan_weight_is_refused_named_and_the_good_checkpoint_stays_newest(
+    checkpointer_factory: Any,
+) -> None:
+    run = make_run()
+    ckpt: Checkpointer = checkpointer_factory(run, keep=1)
+    run.train(1)
+    ckpt.save(1)
+    _poisoned(run)
+    ckpt.save(2)
+    ckpt.wait()
+    assert _steps(ckpt.root) == [1]  # keep=1 did not drop it
+    error = ckpt.failures[-1].error or ""
+    assert "checkpoint of step 2 not committed: 1 parameter tensor(s) hold NaN or Inf" in error
+    assert "(2.weight)" in error
+    assert "the newest checkpoint is" in error
+    assert error.endswith("ckpt-0000000001-full")
+    with pytest.raises(CheckpointWriteError, match="step 2 not committed"):
+        ckpt.ensure_durable(2)
+    restored = make_run(init_seed=9)
+    assert checkpointer_factory(restored).restore() == 1
+
+
+def test_a_nan_loss_is_refused_and_stops_a_run_that_stops_on_errors(
+    checkpointer_factory: Any,
+) -> None:
+    run = make_run()
+    ckpt: Checkpointer = checkpointer_factory(run, stop_on_error=True)
+    run.train(1)
+    with pytest.raises(NonFiniteStateError, match=r"step 1 not committed: the loss is inf"):
+        ckpt.save(1, loss=float("inf"))
+    assert committed(ckpt.root) == []
+
+
+def test_quarantine_writes_aside_where_resume_and_retention_never_look(
+    checkpointer_factory: Any,
+) -> None:
+    run = make_run()
+    ckpt: Checkpointer = checkpointer_factory(run, keep=1, nonfinite="quarantine")
+    run.train(1)
+    ckpt.save(1)
+    _poisoned(run)
+    ckpt.save(2)
+    ckpt.save(3)
+    ckpt.wait()
+    assert _steps(ckpt.root) == [1]
+    assert _steps(ckpt.root / "quarantine") == [3]  # retention applies there too, on its own
+    verify_checkpoint(committed(ckpt.root / "quarantine")[0])  # whole, for the post-mortem
+    assert "written aside to" in (ckpt.failures[-1].error or "")
+    assert checkpointer_factory(make_run(init_seed=9)).restore() == 1
+
+
+def test_an_unknown_policy_is_refused() -> None:
+    run = make_run()
+    with pytest.raises(ValueError, match="nonfinite must be one of"):
+        Checkpointer(Path("/nonexistent"), run.model, run.optimizer, nonfinite="keep")
+
+
+def test_the_trainer_whose_loss_turns_nan_commits_nothing_after_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = run_trainer(run_dir, *TRAINER)
+    assert done.returncode == 1, done.stderr
+    assert re.search(r"stopped at step 60: checkpoint of step 60 not committed: "
+                     r"the loss is nan", done.stderr), done.stderr  # fmt: skip
+    assert "the newest checkpoint is" in done.stderr
+    assert "ckpt-0000000020-full" in done.stderr
+    assert sorted(_steps(run_dir / "checkpoints")) == [10, 20]
+    for step in (30, 40, 50):
+        assert f"checkpoint of step {step} not committed: the loss is nan" in done.stderr
+
+
+def test_the_trainer_can_stop_at_the_first_nan_loss(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = run_trainer(run_dir, *TRAINER, "--stop-on-nonfinite-loss")
+    assert done.returncode == 1, done.stderr
+    assert "stopped at step 25: the loss is not finite (nan on rank 0) at step 25" in done.stderr
+    assert "ckpt-0000000020-full" in done.stderr
+    assert "Traceback" not in done.stderr
+    bad = run_trainer(tmp_path / "bad", "--steps", "5", "--drill-nan-at", "-1")
+    assert bad.returncode == 2
+    assert "--drill-nan-at must be a step" in bad.stderr
+
+
+def _steps(root: Path) -> list[int]:
+    return [int(path.name.split("-")[1]) for path in committed(root)]
