@@ -43,7 +43,12 @@ test-integration: setup
 test-lab: setup
 	@bash .ci/timed lab -- $(PYTEST) --durations=20 tests/lab
 
-test: lint test-unit test-integration test-lab
+# The trainer image and the lab image build in the background from the start (.ci/prefetch):
+# lint and the unit tier leave a core free, and the tiers that need the images wait for them.
+test: setup
+	@bash .ci/prefetch start
+	@$(MAKE) --no-print-directory lint test-unit test-integration test-lab; rc=$$?; \
+	  bash .ci/prefetch finish; exit $$rc
 
 # The main job on the embedded default target: a lab VM (kept running; `make demo-down` ends it),
 # provisioned, the trainer image built and put on it, then proven by verify's report.

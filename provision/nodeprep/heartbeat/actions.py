@@ -126,12 +126,9 @@ class Actions:
         with self._lock:
             return set(self.paused)
 
-    def _note_trainer(self, action: str, trainer: Stalled | None) -> None:
+    def _note_trainer(self, action: str, trainer: Stalled) -> None:
         with self._lock:
-            if trainer is None:
-                self.ledger.note(action, time.time())
-            else:
-                self.ledger.note_trainer(action, trainer, time.time())
+            self.ledger.note_trainer(action, trainer, time.time())
 
     def _alive(self, entry: contract.Registration) -> bool:
         """Whether ``entry`` is still the trainer that registered (not dead, not reused)."""

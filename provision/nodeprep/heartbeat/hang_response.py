@@ -57,7 +57,7 @@ class HangResponse:
         cfg: HangConfig,
         send: Send,
         alive: Callable[[contract.Registration], bool],
-        note: Callable[[str, Stalled | None], None],
+        note: Callable[[str, Stalled], None],
     ) -> None:
         self.cfg, self.send, self.alive, self.note = cfg, send, alive, note
 
