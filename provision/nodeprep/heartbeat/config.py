@@ -13,7 +13,9 @@ from typing import Any
 
 from nodeprep import contract
 
-PROBE_TYPES = ("http", "imds", "spot_notice", "tcp", "icmp", "writable", "gpu", "progress")
+PROBE_TYPES = (
+    "http", "imds", "spot_notice", "tcp", "icmp", "writable", "free_space", "gpu", "progress",
+)  # fmt: skip
 DEFAULT_METADATA_URL = "http://169.254.169.254"
 # Signals a hang may escalate through (each after hang.grace_s if the trainer still lives).
 HANG_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
@@ -51,6 +53,12 @@ class ProbeConfig:
     startup_s: float = 600.0
     checkpoint_s: float = 300.0
     loss_spike_factor: float = 10.0  # a loss above this x its recent median is a spike (0: off)
+    # free_space: levels by percent of the filesystem or absolute bytes; fill rate window
+    warn_percent: float = 10.0
+    critical_percent: float = 5.0
+    warn_bytes: int = 0
+    critical_bytes: int = 0
+    window_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -210,6 +218,29 @@ def _writable_fields(sec: _Section) -> dict[str, Any]:
     return {"path": path}
 
 
+def _free_space_fields(sec: _Section) -> dict[str, Any]:
+    fields = _writable_fields(sec)
+    fields["window_s"] = sec.positive("window_s", 300.0)
+    for key, default in (("warn_percent", 10.0), ("critical_percent", 5.0)):
+        value = float(sec.get(key, (int, float), default))
+        if not 0 <= value <= 100:
+            raise ConfigError(f"{sec.key(key)}: must be a percentage 0-100, got {value:g}.")
+        fields[key] = value
+    for key in ("warn_bytes", "critical_bytes"):
+        value = int(sec.get(key, int, 0))
+        if value < 0:
+            raise ConfigError(f"{sec.key(key)}: must be 0 (off) or a number of bytes, got {value}.")
+        fields[key] = value
+    for unit in ("percent", "bytes"):
+        critical, warn = fields[f"critical_{unit}"], fields[f"warn_{unit}"]
+        if warn and critical > warn:  # a warning level of 0 is off: nothing to be below
+            raise ConfigError(
+                f"{sec.key('critical_' + unit)}: {critical:g} is above warn_{unit} {warn:g}; "
+                "the critical level is the smaller free space."
+            )
+    return fields
+
+
 def _gpu_fields(sec: _Section) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "max_temp_c": sec.positive("max_temp_c", 85.0),
@@ -246,6 +277,7 @@ _TYPED = {
     "tcp": _tcp_fields,
     "icmp": _icmp_fields,
     "writable": _writable_fields,
+    "free_space": _free_space_fields,
     "gpu": _gpu_fields,
     "progress": _progress_fields,
 }
@@ -332,7 +364,7 @@ def parse(data: object, check_paths: bool = True) -> Config:
 def _check_directories(probes: tuple[ProbeConfig, ...], metrics_path: str | None) -> None:
     """The directories the config names must exist on the machine that runs the daemon."""
     for index, probe in enumerate(probes):
-        if probe.type == "writable" and not Path(probe.path).is_dir():
+        if probe.type in ("writable", "free_space") and not Path(probe.path).is_dir():
             raise ConfigError(
                 f"probes[{index}].path: {probe.path} is not a directory; create it or fix the path."
             )

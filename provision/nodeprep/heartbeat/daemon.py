@@ -15,6 +15,7 @@ from typing import Any
 from nodeprep.heartbeat import metrics, probes
 from nodeprep.heartbeat.actions import Actions, Trip
 from nodeprep.heartbeat.config import Config, ProbeConfig
+from nodeprep.heartbeat.free_space import FreeSpaceCheck
 from nodeprep.heartbeat.gpu import GpuCheck, load_nvml
 from nodeprep.heartbeat.progress_probe import ProgressCheck, ProgressOutcome
 from nodeprep.heartbeat.scheduler import ProbeRunner, Scheduler
@@ -40,6 +41,7 @@ class Daemon:
         self.actions = Actions(config.actions, config.registry_dir, tmux_bin=tmux_bin)
         self.gpu_checks: list[GpuCheck] = []
         self.progress_checks: list[ProgressCheck] = []
+        self.disk_checks: list[FreeSpaceCheck] = []
         self._nvml_given = nvml
         start = time.monotonic()
         self.runners = [ProbeRunner(p, self._attempt(p), start) for p in config.probes]
@@ -56,6 +58,10 @@ class Daemon:
             check = GpuCheck(cfg, module, missing)
             self.gpu_checks.append(check)
             return check.attempt
+        if cfg.type == "free_space":
+            disk = FreeSpaceCheck(cfg)
+            self.disk_checks.append(disk)
+            return disk.attempt
         if cfg.type == "progress":
             watch = ProgressCheck(cfg, self.config.registry_dir, self.actions.paused_pids)
             self.progress_checks.append(watch)
@@ -147,6 +153,9 @@ class Daemon:
         )
         for watch in self.progress_checks:
             snap.trainers.update(watch.readings)
+        for disk in self.disk_checks:
+            if disk.reading is not None:
+                snap.disks[disk.cfg.name] = disk.reading
         for check in self.gpu_checks:
             snap.gpu.update(check.readings)
             snap.gpu_uuid.update(check.uuids)

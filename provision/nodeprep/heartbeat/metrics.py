@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nodeprep.contract import IgnoreReason
+from nodeprep.heartbeat.free_space import LEVELS, DiskReading
 from nodeprep.heartbeat.progress_probe import TrainerReading
 from nodeprep.heartbeat.state import State
 
@@ -58,6 +59,7 @@ class Snapshot:
     trainers: dict[tuple[str, int], TrainerReading] = field(default_factory=dict)
     trainer_hangs: dict[tuple[str, int], int] = field(default_factory=dict)
     trainer_last_dump: dict[tuple[str, int], float] = field(default_factory=dict)
+    disks: dict[str, DiskReading] = field(default_factory=dict)  # probe name -> reading
 
 
 def _gauge(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
@@ -111,7 +113,34 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         ignored.add_metric([reason.value], snap.registrations_ignored.get(reason.value, 0))
     yield ignored
     yield from _trainer_families(snap)
+    yield from _disk_families(snap)
     yield from _gpu_families(snap)
+
+
+def _disk_families(snap: Snapshot) -> Iterator[Metric]:
+    """Per free_space probe: size, free, fill rate, time until full, level."""
+    if not snap.disks:
+        return
+    labels = ["probe", "path"]
+    size = _gauge("disk_size_bytes", "Size of the probed filesystem.", labels)
+    free = _gauge("disk_free_bytes", "Space available to unprivileged writers.", labels)
+    rate = _gauge("disk_fill_rate_bytes_per_second",
+                  "Growth of the used space over the probe's window.", labels)  # fmt: skip
+    until = _gauge("disk_seconds_until_full", "Projected from the fill rate (when filling).",
+                   labels)  # fmt: skip
+    level = _gauge("disk_level", "1 for the filesystem's level (ok/warning/critical).",
+                   [*labels, "level"])  # fmt: skip
+    for name, reading in sorted(snap.disks.items()):
+        key = [name, reading.path]
+        size.add_metric(key, reading.size_bytes)
+        free.add_metric(key, reading.free_bytes)
+        if reading.fill_rate_bytes_per_s is not None:
+            rate.add_metric(key, reading.fill_rate_bytes_per_s)
+        if reading.seconds_until_full is not None:
+            until.add_metric(key, reading.seconds_until_full)
+        for kind in LEVELS:
+            level.add_metric([*key, kind], float(reading.level == kind))
+    yield from (size, free, rate, until, level)
 
 
 def _trainer_families(snap: Snapshot) -> Iterator[Metric]:

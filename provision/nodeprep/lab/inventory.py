@@ -32,7 +32,8 @@ def node_roles_vars() -> dict[str, object]:
 
     The bond over both bond NICs, verified by a ping to the segment's peer; the data disk as
     a volume for volume_grow's guest step (a disk grown with `lab fault NODE disk-grow` is
-    filled out); the heartbeat watching the bond's peer and the data disk; the node checks
+    filled out); the heartbeat watching the bond's peer and the data disk (writes, free space
+    and its fill rate); the node checks
     and the smoke drill's checkpoints on the data disk. The GPU probe stays (it skips here).
     """
     return {
@@ -47,6 +48,13 @@ def node_roles_vars() -> dict[str, object]:
                 "name": "data",
                 "type": "writable",
                 "path": HEARTBEAT_DIR,
+                "interval": 10,
+                "timeout": 5,
+            },
+            {
+                "name": "data-space",
+                "type": "free_space",
+                "path": GUEST_DATA_MOUNT,
                 "interval": 10,
                 "timeout": 5,
             },
