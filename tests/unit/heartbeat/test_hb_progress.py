@@ -129,10 +129,12 @@ def test_a_stopped_rank_is_declared_hung_and_dumps_once_sigcont_lets_it_run(
 def test_a_slow_but_steady_trainer_never_trips(
     run_daemon: Callable[..., RunningDaemon], start_trainer: TrainerStarter
 ) -> None:
-    # From step 10 on, each step takes 5 x as long: each is within 10 x the median so far.
-    start_trainer("slow", "--progress", "--slow-after", "10", "--slow-step-s", "0.25")
+    # Steps of 0.1 s, from step 10 on 5 x as long: each is within 10 x the median so far (the
+    # floor, 0.1 s, is below both, so the median decides).
+    start_trainer("slow", "--progress", "--step-s", "0.1", "--slow-after", "10",
+                  "--slow-step-s", "0.5")  # fmt: skip
     hb = run_daemon({"probes": [progress_probe(floor_s=0.1)], "actions": hang_actions()})
-    wait_for(lambda: _steps(hb) >= 22, 30, "22 steps")
+    wait_for(lambda: _steps(hb) >= 20, 30, "20 steps")
     assert hb.daemon.actions.ledger.total.get("hang") is None
     assert [seen for seen in hb.observed if not seen[2]] == []
 
