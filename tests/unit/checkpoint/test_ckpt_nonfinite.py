@@ -12,6 +12,7 @@ import torch
 
 from nodeprep.checkpoint import Checkpointer, CheckpointWriteError, NonFiniteStateError, committed
 from nodeprep.checkpoint import verify as verify_checkpoint
+from nodeprep.trainer.__main__ import main as trainer_main
 
 from .conftest import make_run, run_trainer
 
@@ -101,9 +102,15 @@ def test_the_trainer_can_stop_at_the_first_nan_loss(tmp_path: Path) -> None:
     assert "stopped at step 25: the loss is not finite (nan on rank 0) at step 25" in done.stderr
     assert "ckpt-0000000020-full" in done.stderr
     assert "Traceback" not in done.stderr
-    bad = run_trainer(tmp_path / "bad", "--steps", "5", "--drill-nan-at", "-1")
-    assert bad.returncode == 2
-    assert "--drill-nan-at must be a step" in bad.stderr
+
+
+def test_a_drill_step_that_is_no_step_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        trainer_main(["--run-dir", str(tmp_path), "--steps", "5", "--drill-nan-at", "-1"])
+    assert exited.value.code == 2
+    assert "--drill-nan-at must be a step (1 or more), or 0 for no drill" in capsys.readouterr().err
 
 
 def _steps(root: Path) -> list[int]:
