@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from nodeprep.checkpoint import Checkpointer, ResumableSampler
+from tmpfs import mounted_tmpfs
 
 
 @dataclass
@@ -87,15 +88,8 @@ def checkpointer_factory(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 6 MiB tmpfs (root only): one ~3.6 MB full checkpoint fits, a second does not."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount_point)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "small", "6m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def run_trainer(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ the bytes, the statvfs readings and the trip are real.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,22 +20,15 @@ from nodeprep.heartbeat import config as config_mod
 from nodeprep.heartbeat import metrics
 from nodeprep.heartbeat.free_space import FreeSpaceCheck
 from nodeprep.heartbeat.state import State
+from tmpfs import mounted_tmpfs
 
 MIB = 2**20
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)],
-                   check=True)  # fmt: skip
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "16m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def probe(directory: Path, **overrides: Any) -> dict[str, Any]:
