@@ -9,6 +9,10 @@ where the user set it, and the first wrong one is one sentence naming it (exit 2
 Values Ansible would template (``{{ ... }}``) are left to the role, which sees them rendered.
 A variable's top-level ``required`` is not checked here: the role's own checks say what is
 missing, and a fleet may set it on some hosts only.
+
+Where a spec can say no more than "a list of mappings", the role's own validator judges the
+inside too: the heartbeat's probes and actions go through the daemon's config parser (the
+one the role's config check and the daemon itself run), without the node's directories.
 """
 
 from __future__ import annotations
@@ -64,12 +68,31 @@ def problem(name: str, value: Any) -> str | None:
         f"unsupported key {err}" if type(err).__name__ == "UnsupportedError" else str(err)
         for err in result.errors.errors
     ]
-    if not messages:
+    said = next((m for m in messages if name in m), messages[0]) if messages else None
+    said = said or _inside(name, value)
+    if said is None:
         return None
-    said = next((m for m in messages if name in m), messages[0])
     return (
         f"{name} = {value!r} is not valid for role {role} ({said}); fix it as {spec_file} describes"
     )
+
+
+def _inside(name: str, value: Any) -> str | None:
+    """The daemon's own verdict on the heartbeat's probes or actions (None: valid, or not one
+    of those). A probe list is judged with the role's default actions and vice versa."""
+    from nodeprep.heartbeat import config
+
+    if name == "heartbeat_probes":
+        document: dict[str, Any] = {"probes": value}
+    elif name == "heartbeat_actions":
+        document = {"probes": [{"name": "gpu", "type": "gpu"}], "actions": value}
+    else:
+        return None
+    try:
+        config.parse(document, check_paths=False)
+    except config.ConfigError as err:
+        return str(err).rstrip(".")
+    return None
 
 
 def check(values: Mapping[str, Any], where: str) -> None:

@@ -71,7 +71,9 @@ def test_role_runs_alone_without_another_roles_facts(
 def test_unknown_probe_type_is_refused_before_the_node_changes(
     local_inventory: Path, tmp_path: Path
 ) -> None:
-    probes = json.dumps({"heartbeat_probes": [{"name": "net", "type": "ping"}]})
+    """A templated value passes the controller's check (tests/unit/test_role_vars_input.py
+    refuses a plain one with exit 2); the role's own config check refuses it once rendered."""
+    probes = json.dumps({"heartbeat_probes": [{"name": "net", "type": "{{ 'ping' }}"}]})
     code, summary, out = provision(local_inventory, tmp_path, "--tags", "heartbeat", "-e", probes)
     assert code == 1, out
     (failure,) = summary["failures"]

@@ -30,6 +30,15 @@ def invoke(*args: str) -> tuple[int, str]:
         ("provision", "tmux_install_method=pkg", "tmux_install_method must be one of: auto"),
         ("verify", "smoke_steps=many", "for role smoke"),
         ("verify", '{"node_checks_checkpoint_dirs": {"a": 1}}', "for role node_checks"),
+        # Inside the heartbeat's lists: the daemon's own parser judges them.
+        ("provision", '{"heartbeat_probes": [{"name": "net", "type": "ping"}]}',
+         "(probes[0].type: unknown probe type 'ping'; use one of http"),
+        ("provision", '{"heartbeat_probes": [{"name": "p", "type": "progress", "floor_s": 90, '
+         '"ceiling_s": 60}]}', "for role heartbeat (probes[0].floor_s: 90 s exceeds ceiling_s"),
+        ("provision", '{"heartbeat_probes": [{"name": "d", "type": "free_space", '
+         '"path": "/data", "critical_percent": 50}]}', "critical_percent: 50 is above warn_"),
+        ("provision", '{"heartbeat_actions": {"hang": {"signals": ["SIGHUP"]}}}',
+         "(actions.hang.signals: must list signals among SIGINT"),
     ],
 )  # fmt: skip
 def test_a_wrong_value_given_with_e_is_refused(
