@@ -6,6 +6,7 @@ from nodeprep.checkpoint.checkpointer import Checkpointer, Stateful
 from nodeprep.checkpoint.durable import CheckpointWriteError, commit_checkpoint
 from nodeprep.checkpoint.emergency import EmergencyFlag, EmergencyRequest
 from nodeprep.checkpoint.finite import NonFiniteStateError
+from nodeprep.checkpoint.loader import ResumableLoader
 from nodeprep.checkpoint.manifest import FORMAT_VERSION, CheckpointInvalidError, verify
 from nodeprep.checkpoint.sampler import ResumableSampler
 from nodeprep.checkpoint.store import committed, load_latest, load_verified
@@ -19,6 +20,7 @@ __all__ = [
     "EmergencyFlag",
     "EmergencyRequest",
     "NonFiniteStateError",
+    "ResumableLoader",
     "ResumableSampler",
     "SaveResult",
     "Stateful",

@@ -1,0 +1,183 @@
+"""A DataLoader that resumes mid-epoch bit-exact, with worker processes or without.
+
+torch's ``DataLoader`` with workers asks its sampler for batches ahead of the training loop
+(``prefetch_factor`` per worker), and each worker's RNG advances with whichever batches it
+happened to load. So neither the sampler's position nor the workers' RNG states say where a
+run is, and a resume usually needs ``num_workers=0`` to replay exactly. Here:
+
+- the position is what the training loop consumed: batches are counted as they come out of
+  the loader, never as the workers fetch them;
+- each sample's randomness (augmentation, noise) comes from ``random`` and torch's generator
+  seeded, in the worker that loads it, from (seed, epoch, the sample's place in the epoch)
+  just before the dataset is asked for it. A sample's random draws depend on the sample,
+  not on the worker or the schedule.
+
+So the batch after a resume is the batch that would have come, for any worker count
+(0 included), with ``persistent_workers`` or without. ``state_dict()`` /
+``load_state_dict()`` let it checkpoint through the checkpointer's ``extras``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+
+
+class SampleKey(NamedTuple):
+    """What the dataset is asked for: the sample's index and the seed of its random draws."""
+
+    sample: int
+    seed: int
+
+
+class SeededDataset(Dataset[Any]):
+    """Seeds ``random`` and torch before each sample, in whichever process loads it.
+
+    Without workers the samples load in the training process, whose RNGs (dropout, noise)
+    must not notice: there they are saved before the sample and put back after it.
+    """
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, key: SampleKey) -> Any:
+        if get_worker_info() is not None:
+            return self._seeded(key)
+        saved = random.getstate()
+        with torch.random.fork_rng(devices=[]):
+            try:
+                return self._seeded(key)
+            finally:
+                random.setstate(saved)
+
+    def _seeded(self, key: SampleKey) -> Any:
+        random.seed(key.seed)
+        torch.manual_seed(key.seed)
+        return self.base[key.sample]
+
+
+class _EpochBatches(Sampler[list[SampleKey]]):
+    """The owner's current epoch from its current position; read at each ``iter()``."""
+
+    def __init__(self, owner: ResumableLoader) -> None:
+        self.owner = owner
+
+    def __len__(self) -> int:
+        return self.owner.batches_per_epoch - self.owner.consumed
+
+    def __iter__(self) -> Iterator[list[SampleKey]]:
+        owner = self.owner
+        epoch, size, stride = owner.epoch, owner.batch_size, owner.world_size
+        order = owner.permutation(epoch).tolist()
+        for position in range(owner.consumed, owner.batches_per_epoch):
+            start = (position * stride + owner.rank) * size
+            yield [
+                SampleKey(order[start + i], owner.sample_seed(epoch, start + i))
+                for i in range(size)
+            ]
+
+
+class ResumableLoader:
+    """Batches for one rank, epoch after epoch; resumable where the training loop left off.
+
+    ``next_batch()`` returns the next batch (moving to the next epoch when one ends);
+    iterating the loader yields the rest of the current epoch.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int,
+        seed: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        num_workers: int = 0,
+        persistent_workers: bool | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+    ) -> None:
+        self.num_samples = len(dataset)
+        if self.num_samples < batch_size * world_size:
+            raise ValueError(
+                f"{self.num_samples} samples cannot fill one batch of {batch_size} on "
+                f"{world_size} rank(s); use more samples or a smaller batch"
+            )
+        self.batch_size, self.seed = batch_size, seed
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+        self.consumed = 0  # batches of this epoch the training loop has taken
+        self._batches: Iterator[Any] | None = None
+        persistent = num_workers > 0 if persistent_workers is None else persistent_workers
+        self.loader = DataLoader(
+            SeededDataset(dataset),
+            batch_sampler=_EpochBatches(self),
+            num_workers=num_workers,
+            persistent_workers=persistent,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            # Its own generator: DataLoader draws its workers' base seed at every new
+            # iterator, and from the global RNG that would shift the training's random
+            # stream by how often a run was resumed.
+            generator=torch.Generator().manual_seed(seed),
+        )
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.num_samples // (self.batch_size * self.world_size)
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        """The epoch's order of every sample (all ranks; each takes its own slice)."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.num_samples, generator=generator)
+
+    def sample_seed(self, epoch: int, place: int) -> int:
+        """The seed of the random draws of the sample at ``place`` in ``epoch``'s order."""
+        return (self.seed * 1_000_003 + epoch) * 4_000_037 + place
+
+    def __iter__(self) -> Iterator[Any]:
+        """The rest of the current epoch; the position advances as each batch is taken."""
+        for batch in self.loader:
+            self.consumed += 1
+            yield batch
+        self.epoch, self.consumed = self.epoch + 1, 0
+
+    def next_batch(self) -> Any:
+        """The next batch, across epoch ends."""
+        while True:
+            if self._batches is None:
+                self._batches = iter(self)
+            try:
+                return next(self._batches)
+            except StopIteration:
+                self._batches = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "consumed": self.consumed,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "num_samples": self.num_samples,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where ``state`` was taken; batches already fetched ahead are dropped."""
+        mine = {k: getattr(self, k) for k in ("seed", "batch_size", "num_samples", "world_size")}
+        theirs = {k: state[k] for k in mine}
+        if theirs != mine:
+            raise ValueError(
+                f"loader state is for {theirs}, this run has {mine}; resume with the same "
+                "seed, batch size, data set size and world size"
+            )
+        self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
+        self._batches = None
