@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("--stop-on-nonfinite-loss", action="store_true", help="stop at the first NaN/Inf loss")
     add("--drill-nan-at", type=int, default=0, help="fault drill: weights turn NaN at STEP")
+    add(
+        "--workers",
+        type=int,
+        help="load batches through a DataLoader with N worker processes (0: in this process) "
+        "that resumes bit-exact; by default batches are cut in memory",
+    )
     add("--log-every", type=int, default=1)
     add("--state-hash-out", type=Path, help="write the final state's sha256 here")
     add("--final-state-out", type=Path, help="torch.save the final state here (for tests)")
@@ -79,6 +85,8 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
     for name in ("steps", "checkpoint_every", "keep", "batch_size", "log_every"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
+    if args.workers is not None and args.workers < 0:
+        raise SystemExit("--workers must be 0 (load in the trainer) or more")
     if args.drill_nan_at < 0:
         raise SystemExit("--drill-nan-at must be a step (1 or more), or 0 for no drill")
     if args.full_every < 0 or args.model_mb <= 0:
@@ -99,6 +107,7 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
         nonfinite=args.nonfinite,
         stop_on_nonfinite_loss=args.stop_on_nonfinite_loss,
         drill_nan_at=args.drill_nan_at,
+        workers=args.workers,
     )
 
 

@@ -19,10 +19,10 @@ import torch.distributed as dist
 from torch import nn
 
 from nodeprep import contract
-from nodeprep.checkpoint import Checkpointer, EmergencyFlag, ResumableSampler
+from nodeprep.checkpoint import Checkpointer, EmergencyFlag, ResumableLoader, ResumableSampler
 from nodeprep.checkpoint import distributed as dist_util
 from nodeprep.progress import Phase, ProgressWriter
-from nodeprep.trainer.model import SyntheticData, build_model
+from nodeprep.trainer.model import SyntheticData, SyntheticSamples, build_model
 from nodeprep.trainer.statehash import final_state, state_hash
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class TrainConfig:
     nonfinite: str = "refuse"  # a NaN/Inf state: refused, or checkpointed under quarantine/
     stop_on_nonfinite_loss: bool = False
     drill_nan_at: int = 0  # fault drill: the weights turn NaN before this step (0: never)
+    workers: int | None = None  # DataLoader workers (ResumableLoader); None: in-memory batches
 
     def layer_for(self, step: int) -> str | None:
         """Which checkpoint (if any) is due after ``step`` completes."""
@@ -86,15 +87,8 @@ class Trainer:
         self.model = model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
         self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, config.steps)
-        self.data = SyntheticData(config.num_samples, config.seed)
-        self.sampler = ResumableSampler(
-            config.num_samples,
-            config.batch_size,
-            config.seed,
-            dist_util.rank(),
-            dist_util.world_size(),
-        )
-        self.extras: dict[str, Any] = {"scheduler": self.scheduler, "sampler": self.sampler}
+        self.extras: dict[str, Any] = {"scheduler": self.scheduler}
+        self._data_source(config)
         plain = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
         self.checkpointer = Checkpointer(
             config.run_dir / "checkpoints",
@@ -182,12 +176,34 @@ class Trainer:
             return contextlib.nullcontext()
         return self.progress.phase(Phase.CHECKPOINT)
 
+    def _data_source(self, config: TrainConfig) -> None:
+        """Batches cut in the training process (the default), or with ``--workers N`` from a
+        DataLoader with N workers; either position travels in the checkpoint's extras."""
+        rank, world = dist_util.rank(), dist_util.world_size()
+        if config.workers is None:
+            self.data = SyntheticData(config.num_samples, config.seed)
+            self.sampler = ResumableSampler(
+                config.num_samples, config.batch_size, config.seed, rank, world
+            )
+            self.extras["sampler"] = self.sampler
+        else:
+            samples = SyntheticSamples(config.num_samples, config.seed)
+            self.loader = ResumableLoader(samples, config.batch_size, config.seed, rank=rank,
+                                          world_size=world, num_workers=config.workers)  # fmt: skip
+            self.extras["loader"] = self.loader
+
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.config.workers is None:
+            return self.data.batch(self.sampler.next_batch(), self.device)
+        inputs, labels = self.loader.next_batch()
+        return inputs.to(self.device), labels.to(self.device)
+
     def _run_batch(self) -> float:
         if self.step + 1 == self.config.drill_nan_at:
             with torch.no_grad():
                 next(iter(self.model.parameters())).fill_(float("nan"))
         self.model.train()
-        inputs, labels = self.data.batch(self.sampler.next_batch(), self.device)
+        inputs, labels = self._next_batch()
         self.optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(self.model(inputs), labels)
         loss.backward()  # type: ignore[no-untyped-call]

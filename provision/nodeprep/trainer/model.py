@@ -52,3 +52,21 @@ class SyntheticData:
         inputs = self.inputs[indices]
         inputs = inputs + scale * torch.randn_like(inputs)
         return inputs.to(device), self.labels[indices].to(device)
+
+
+class SyntheticSamples:
+    """The same set one sample at a time, for a DataLoader: each sample draws its own noise.
+
+    Under ``ResumableLoader`` the draws are seeded per sample in whichever worker loads it.
+    """
+
+    def __init__(self, num_samples: int, seed: int) -> None:
+        self.data = SyntheticData(num_samples, seed)
+
+    def __len__(self) -> int:
+        return len(self.data.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        scale = random.uniform(0.0, 0.05)
+        inputs = self.data.inputs[index]
+        return inputs + scale * torch.randn_like(inputs), self.data.labels[index]
