@@ -104,13 +104,21 @@ def test_the_trainer_can_stop_at_the_first_nan_loss(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_a_drill_step_that_is_no_step_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--drill-nan-at", "-1"], "--drill-nan-at must be a step (1 or more), or 0 for no drill"),
+        (["--workers", "-2"], "--workers must be 0 (load in the trainer) or more"),
+        (["--nonfinite", "keep"], "argument --nonfinite: invalid choice: 'keep'"),
+    ],
+)
+def test_a_bad_trainer_option_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], said: str
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        trainer_main(["--run-dir", str(tmp_path), "--steps", "5", "--drill-nan-at", "-1"])
+        trainer_main(["--run-dir", str(tmp_path), "--steps", "5", *option])
     assert exited.value.code == 2
-    assert "--drill-nan-at must be a step (1 or more), or 0 for no drill" in capsys.readouterr().err
+    assert said in capsys.readouterr().err
 
 
 def _steps(root: Path) -> list[int]:
