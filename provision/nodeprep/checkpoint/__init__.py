@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nodeprep.checkpoint.checkpointer import Checkpointer, Stateful
+from nodeprep.checkpoint.dataset import DatasetChangedError
 from nodeprep.checkpoint.durable import CheckpointWriteError, commit_checkpoint
 from nodeprep.checkpoint.emergency import EmergencyFlag, EmergencyRequest
 from nodeprep.checkpoint.finite import NonFiniteStateError
@@ -17,6 +18,7 @@ __all__ = [
     "CheckpointInvalidError",
     "CheckpointWriteError",
     "Checkpointer",
+    "DatasetChangedError",
     "EmergencyFlag",
     "EmergencyRequest",
     "NonFiniteStateError",

@@ -24,6 +24,7 @@ import torch
 
 from nodeprep.checkpoint import distributed as dist_util
 from nodeprep.checkpoint import rng
+from nodeprep.checkpoint.dataset import check_dataset_version
 from nodeprep.checkpoint.durable import CheckpointWriteError, sweep_leftovers
 from nodeprep.checkpoint.finite import (
     NONFINITE_POLICIES,
@@ -66,10 +67,15 @@ class Checkpointer:
         stop_on_error: bool = False,
         resume_from_light: bool = False,
         nonfinite: str = "refuse",
+        dataset_version: str | None = None,
+        allow_dataset_change: bool = False,
     ) -> None:
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         self.nonfinite = nonfinite
+        # The version hash of the data the run trains on (nodeprep.data's manifest): saved
+        # with every checkpoint; a resume on other data is refused unless allowed.
+        self.dataset_version, self.allow_dataset_change = dataset_version, allow_dataset_change
         self.root, self.model, self.optimizer = root, model, optimizer
         self.extras = extras or {}
         self.config = config or {}
@@ -169,6 +175,10 @@ class Checkpointer:
                 f"{loaded.path} was written by {len(ranks)} rank(s) and this run has "
                 f"{dist_util.world_size()}; resume with the same world size"
             )
+        check_dataset_version(
+            loaded.path, train.get("dataset_version"), self.dataset_version,
+            allow_change=self.allow_dataset_change,
+        )  # fmt: skip
         _unwrap(self.model).load_state_dict(payloads["model.pt"])
         if "optimizer.pt" in payloads:
             self.optimizer.load_state_dict(payloads["optimizer.pt"])
@@ -232,7 +242,8 @@ class Checkpointer:
         return {"rng": rng.capture(), "extras": extras}
 
     def _payloads(self, step: int, layer: str, per_rank: list[Any]) -> dict[str, Any]:
-        train = {"step": step, "ranks": per_rank, "config": self.config}
+        train = {"step": step, "ranks": per_rank, "config": self.config,
+                 "dataset_version": self.dataset_version}  # fmt: skip
         payloads: dict[str, Any] = {"model.pt": _unwrap(self.model).state_dict(), "train.pt": train}
         if layer == "full":
             payloads["optimizer.pt"] = self.optimizer.state_dict()
