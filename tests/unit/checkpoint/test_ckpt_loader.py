@@ -6,20 +6,12 @@ with torch.equal, never a tolerance.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from nodeprep.checkpoint.loader import ResumableLoader
-
-HERE = Path(__file__).resolve().parent
 
 
 class Noisy:
@@ -89,35 +81,3 @@ def test_a_state_of_another_run_is_refused() -> None:
         ResumableLoader(Noisy(), 4, seed=3).load_state_dict(state)
     with pytest.raises(ValueError, match="cannot fill one batch of 30 on 2 rank"):
         ResumableLoader(Noisy(), 30, seed=3, world_size=2)
-
-
-def _run(run_dir: Path, steps: int, workers: int) -> subprocess.Popen[str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "loader_trainer.py"), str(run_dir), str(steps), str(workers)],
-        env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
-def test_sigkill_at_random_steps_with_two_workers_resumes_bit_exact(tmp_path: Path) -> None:
-    steps = 40
-    reference = _run(tmp_path / "ref", steps, 0)
-    assert reference.wait(timeout=120) == 0
-    rand = random.Random(13)
-    run_dir = tmp_path / "run"
-    for _ in range(3):
-        proc = _run(run_dir, steps, 2)
-        target = rand.randint(5, 30)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if int(line.split()[1]) >= target:
-                break
-        time.sleep(rand.uniform(0, 0.05))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    assert _run(run_dir, steps, 2).wait(timeout=120) == 0
-    expected = torch.load(tmp_path / "ref" / "final.pt", weights_only=True)
-    actual = torch.load(run_dir / "final.pt", weights_only=True)
-    assert actual["loader"] == expected["loader"]
-    for name, tensor in expected["model"].items():
-        assert torch.equal(tensor, actual["model"][name]), name
