@@ -1,10 +1,11 @@
 """Builds, in the background of `make test`, what later tiers would otherwise build in their
-own time: the trainer image (the image tier's build, which the lab's quick start reuses) and
-the lab's node image. Lint and the unit tier use one core of two; these builds take the other.
+own time: the trainer image (the image tier's build, which the lab's quick start reuses), the
+lab's node image and its saved state (a booted template every lab node is restored from).
+Lint and the unit tier use one core of two; these builds take the other.
 
 The image tier waits for this build (image_testbed.prefetch_lock) and judges its record as
-its own build; the lab tier's image build waits on the lab cache's own lock and finds the
-image made. A prefetch that failed or never ran costs only time: the tiers build themselves.
+its own build; the lab tier waits on the lab cache's own locks (image, saved state) and
+finds both made. A prefetch that failed or never ran costs only time: the tiers build themselves.
 
 Usage: python tests/prefetch.py   (started and ended by .ci/prefetch; stdout is its log)
 """
@@ -22,9 +23,13 @@ from image_testbed import (
     record_prefetch,
     torch_wheelhouse,
 )
+from nodeprep.lab import lifecycle
+from nodeprep.lab.accel import choose_accel
 from nodeprep.lab.image import ensure_image
+from nodeprep.lab.node import Machine
 from nodeprep.lab.paths import cache_dir
 from nodeprep.lab.recipe import Recipe
+from nodeprep.lab.savedstate import ensure_saved_state
 
 
 def main() -> int:
@@ -42,6 +47,10 @@ def main() -> int:
     lab_started = time.monotonic()
     image = ensure_image(Recipe(), cache_dir())
     print(f"lab image {image.digest}: ready after {time.monotonic() - lab_started:.0f} s")
+    state_started = time.monotonic()
+    machine = Machine(choose_accel(image.kernel))
+    ensure_saved_state(image, machine, cache_dir(), lifecycle.free_port())
+    print(f"lab saved state: ready after {time.monotonic() - state_started:.0f} s")
     return 0
 
 
