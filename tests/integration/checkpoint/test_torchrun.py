@@ -131,13 +131,13 @@ def test_torchrun_two_ranks_killed_and_resumed_bit_exact(tmp_path: Path, referen
 def watchdog(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """The heartbeat daemon as a process, watching the registry with a progress probe only.
 
-    The allowance is 3 s (the lab's steps take a few tens of milliseconds, so the floor
-    decides), read every 0.5 s; the start-up allowance covers torch's import on a loaded
-    machine. Escalation: SIGTERM, then SIGKILL after 20 s.
+    The allowance is 3 s (the steps take a few tens of milliseconds, so the floor decides),
+    also during a save (the stop may land in one), read every 0.5 s; the start-up allowance
+    covers torch's import on a loaded machine. Escalation: SIGTERM, then SIGKILL after 20 s.
     """
     config = {
         "probes": [{"name": "steps", "type": "progress", "interval": 0.5, "timeout": 0.5,
-                    "floor_s": 3, "startup_s": 120, "checkpoint_s": 30}],
+                    "floor_s": 3, "startup_s": 120, "checkpoint_s": 3}],
         "actions": {"signal_trainers": False,
                     "hang": {"dump_wait_s": 3, "grace_s": 20}},
         "registry_dir": str(tmp_path / "registry" / "trainers"),
@@ -176,12 +176,17 @@ def test_a_stopped_rank_is_found_hung_dumped_escalated_and_the_job_resumes_bit_e
 ) -> None:
     """SIGSTOP one rank: the other waits in the collective, neither steps. The watchdog
     declares both hung, has both dump their stacks (the stopped one once SIGCONT lets it run),
-    sends SIGTERM: both reach the step boundary, save an emergency checkpoint and exit 143;
-    torchrun restarts the group, which resumes and finishes bit-exact."""
+    sends SIGTERM: both reach the step boundary, save an emergency checkpoint and exit 143.
+    The job is started again, as its supervisor would, and resumes bit-exact.
+
+    torchrun's own restart (--max-restarts 1) failed here once in CI: the restarted group's
+    gloo connectFullMesh was refused on both ranks within 3 s of the restart. So the relaunch
+    is the test's, the same for every run."""
     daemon, daemon_log = watchdog
     registry = tmp_path / "registry" / "trainers"
     run_dir, out, log = tmp_path / "run", tmp_path / "out.pt", tmp_path / "run.log"
-    proc = _torchrun(run_dir, out, _env(tmp_path / "registry"), log, "--max-restarts", "1")
+    env = _env(tmp_path / "registry")
+    proc = _torchrun(run_dir, out, env, log)
     try:
         deadline = time.monotonic() + 240
         while len(ranks := _ranks(registry)) < 2:
@@ -195,6 +200,9 @@ def test_a_stopped_rank_is_found_hung_dumped_escalated_and_the_job_resumes_bit_e
             assert time.monotonic() - stopped < 60, daemon_log.read_text()[-3000:]
             time.sleep(0.05)
         detected_s = time.monotonic() - stopped
+        assert proc.wait(timeout=120) != 0
+        assert re.search(r"exitcode\s*: 143", log.read_text()), log.read_text()[-3000:]
+        proc = _torchrun(run_dir, out, env, log)
         assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     finally:
         if proc.poll() is None:
