@@ -117,7 +117,7 @@ class ProgressCheck:
         start = time.monotonic()
         trainers = contract.scan_registry(self.registry).trainers
         paused = self.paused()
-        stalled: list[Stalled] = []
+        judged: list[Stalled] = []
         seen: dict[int, Progress] = {}
         readings: dict[tuple[str, int], TrainerReading] = {}
         problems: list[str] = []
@@ -140,13 +140,17 @@ class ProgressCheck:
             allowed = allowance(self.cfg, progress)
             key = (entry.run_dir, progress.rank)
             readings[key] = _reading(entry, progress, idle, self._loss_anomaly(key, progress))
-            if idle > allowed:
-                stalled.append(Stalled(entry, progress, idle, allowed))
+            judged.append(Stalled(entry, progress, idle, allowed))
         self.readings, self._last = readings, seen
         latency = time.monotonic() - start
-        if stalled:
-            evidence = "; ".join(s.describe() for s in stalled)
-            return ProgressOutcome(False, f"hung: {evidence}", latency, stalled=tuple(stalled))
+        late = [s for s in judged if s.idle_s > s.allowed_s]
+        if late:
+            # Every rank of a hung job, on this node: the others wait in its collectives
+            # (their stacks say where), and the job restarts as a whole.
+            runs = {s.entry.run_dir for s in late}
+            stalled = tuple(s for s in judged if s.entry.run_dir in runs)
+            evidence = "; ".join(s.describe() for s in late)
+            return ProgressOutcome(False, f"hung: {evidence}", latency, stalled=stalled)
         evidence = f"{len(readings)} trainer(s) stepping" if readings else "no trainer publishes"
         if problems:
             evidence += f"; unreadable progress: {'; '.join(problems)}"
