@@ -237,3 +237,22 @@ def test_a_nan_or_spiking_loss_is_a_warning_metric_not_a_trip(tmp_path: Path) ->
     finally:
         writer.close()
         contract.unregister(registry)
+
+
+def test_every_rank_of_a_hung_job_is_dumped_and_ended_and_other_jobs_are_left_alone(
+    run_daemon: Callable[..., RunningDaemon], start_trainer: TrainerStarter, tmp_path: Path
+) -> None:
+    """Two ranks share a run directory; one is stopped, the other still steps (as a rank does
+    until the collective that waits for its peer): both are the hung job's."""
+    stopped, run_dir = start_trainer("job", "--progress")
+    (run_dir / "ready").unlink()
+    peer, _ = start_trainer("job", "--progress")
+    other, _ = start_trainer("other-job", "--progress")
+    hb = run_daemon({"probes": [progress_probe()], "actions": hang_actions()})
+    wait_for(lambda: _steps(hb) >= 5, 10, "5 steps")
+    os.kill(stopped.pid, signal.SIGSTOP)
+    wait_for(lambda: hb.daemon.actions.ledger.total.get("hang"), 15, "a hang")
+    for proc in (stopped, peer):
+        assert proc.wait(timeout=10) == 0  # SIGTERM (and SIGCONT): each leaves its loop
+        assert "dummy_trainer.py" in contract.stack_dump_path(run_dir, 0, proc.pid).read_text()
+    assert other.poll() is None  # another run directory: another job, untouched
