@@ -73,8 +73,3 @@ def any_rank(flag: bool) -> bool:
 def barrier() -> None:
     if active():
         dist.barrier()
-
-
-def shutdown() -> None:
-    if active():
-        dist.destroy_process_group()

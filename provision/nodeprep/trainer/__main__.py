@@ -134,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     registered = _register(config.run_dir)
     if registered:
         trainer.progress = ProgressWriter(progress_path(os.getpid()), dist_util.rank())
-    finished = False
     try:
         try:
             result = trainer.train()
@@ -149,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.final_state_out:
             state = final_state(trainer.model, trainer.optimizer, trainer.extras)
             torch.save(state, _per_rank(args.final_state_out))
-        finished = result.finished
-        return 0 if finished else 1
+        return 0 if result.finished else 1
     finally:
         if trainer.progress is not None:
             trainer.progress.close()
@@ -158,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             contract.unregister()
         faulthandler.unregister(contract.STACKS_SIGNAL)
         stacks.close()
-        # After a stop (a signal, a failed save) a peer may be gone already, and
-        # destroy_process_group then waits on it (seen: a rank that had been stopped, then
-        # SIGTERMed, never exited). The process is leaving; the kernel closes its sockets.
-        if finished and dist_util.active():
-            dist_util.shutdown()
+        # No destroy_process_group: after a stop a peer may be gone already and it waits on
+        # that peer (seen: a rank that had been stopped, then SIGTERMed, never exited), and
+        # once, on a loaded machine, a finished run's ranks stayed in it after "done" until
+        # killed. Everything the run must keep is durable by now; the process is leaving and
+        # the kernel closes its sockets.
 
 
 def _per_rank(path: Path) -> Path:
