@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
+from nodeprep.checkpoint.sampler import epoch_permutation
+
 
 class SampleKey(NamedTuple):
     """What the dataset is asked for: the sample's index and the seed of its random draws."""
@@ -135,8 +137,7 @@ class ResumableLoader:
 
     def permutation(self, epoch: int) -> torch.Tensor:
         """The epoch's order of every sample (all ranks; each takes its own slice)."""
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(self.num_samples, generator=generator)
+        return epoch_permutation(self.num_samples, self.seed, epoch)
 
     def sample_seed(self, epoch: int, place: int) -> int:
         """The seed of the random draws of the sample at ``place`` in ``epoch``'s order."""

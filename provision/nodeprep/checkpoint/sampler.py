@@ -63,5 +63,10 @@ class ResumableSampler:
         self._order = self._permutation(self.epoch)
 
     def _permutation(self, epoch: int) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(self.num_samples, generator=generator)
+        return epoch_permutation(self.num_samples, self.seed, epoch)
+
+
+def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    """The epoch's order of every sample, from (seed, epoch) alone; ranks take slices of it."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_samples, generator=generator)
