@@ -78,10 +78,18 @@ def problem(name: str, value: Any) -> str | None:
 
 
 def _inside(name: str, value: Any) -> str | None:
-    """The daemon's own verdict on the heartbeat's probes or actions (None: valid, or not one
-    of those). A probe list is judged with the role's default actions and vice versa."""
+    """The node's own verdict on the data sets, or the daemon's on the heartbeat's probes or
+    actions (None: valid, or not one of those). A probe list is judged with the role's default
+    actions and vice versa."""
+    from nodeprep.data import staging
     from nodeprep.heartbeat import config
 
+    if name == "datasets":
+        try:
+            staging.parse_datasets(value)
+        except staging.StagingError as err:
+            return str(err)
+        return None
     if name == "heartbeat_probes":
         document: dict[str, Any] = {"probes": value}
     elif name == "heartbeat_actions":

@@ -41,7 +41,8 @@ NODES = ("node1", "node2")
 # tmux is on by default (Debian 13's own, for the lab's login user).
 PASSED = {"preflight.os", "heartbeat.service", "heartbeat.probes", "volume_grow.size",
           "disk.writable", "checkpoint.newest",
-          "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival"}  # fmt: skip
+          "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival",
+          "dataset.sample"}  # fmt: skip
 
 
 @pytest.fixture

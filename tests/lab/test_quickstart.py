@@ -64,7 +64,7 @@ PASSED = {"preflight.os", "preflight.disk", "heartbeat.service", "heartbeat.watc
           "tmux.logout_survival", "nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up",
           "nic_bond.active_member", "nic_bond.peer", "volume_grow.size", "disk.size",
           "disk.free", "disk.writable", "checkpoint.newest", "apptainer.present",
-          "apptainer.image_hash", "apptainer.runs", "smoke.drill"}  # fmt: skip
+          "apptainer.image_hash", "apptainer.runs", "smoke.drill", "dataset.sample"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -229,4 +229,5 @@ def verify_passes_all_but_the_gpu_checks(inventory: Path, tmp_path: Path) -> Non
     assert "matches bit for bit" in details["smoke.drill"], details
     assert SMOKE_CHECKPOINTS in details["checkpoint.newest"], details
     assert "bond-peer" in details["heartbeat.probes"], details
+    assert "/data/datasets/sample: 2 files, 2.0 MiB" in details["dataset.sample"], details
     assert "PASSED" in output

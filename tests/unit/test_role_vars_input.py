@@ -39,6 +39,21 @@ def invoke(*args: str) -> tuple[int, str]:
          '"path": "/data", "critical_percent": 50}]}', "critical_percent: 50 is above warn_"),
         ("provision", '{"heartbeat_actions": {"hang": {"signals": ["SIGHUP"]}}}',
          "(actions.hang.signals: must list signals among SIGINT"),
+        # Inside the data sets: the node's own staging rules, before any node is reached.
+        ("provision", '{"datasets": [{"name": "c", "dest": "data/c", "files": [{"url": '
+         '"https://d.example/a.bin", "sha256": "' + "a" * 64 + '"}]}]}',
+         "for role dataset (data set 'c': dest must be an absolute, normalised directory"),
+        ("provision", '{"datasets": [{"name": "c", "dest": "/data/c", "files": [{"url": '
+         '"ftp://d.example/a.bin", "sha256": "' + "a" * 64 + '"}]}]}',
+         "files[0]: 'ftp://d.example/a.bin' is not an http:// or https:// URL"),
+        ("provision", '{"datasets": [{"name": "c", "dest": "/data/c", "files": [{"src": '
+         '"/srv/a.bin", "sha256": "abc"}]}]}', "files[0]: sha256 must be 64 hexadecimal digits"),
+        ("provision", '{"datasets": [{"name": "c", "dest": "/data/c", "files": [{"src": '
+         '"/srv/a.bin", "url": "https://d.example/a.bin", "sha256": "' + "a" * 64 + '"}]}]}',
+         "needs exactly one of url (to download) or src (to copy)"),
+        ("provision", '{"datasets": [{"name": "c", "dest": "/data/c", "files": [{"src": '
+         '"/srv/a.bin", "path": "../a.bin", "sha256": "' + "a" * 64 + '"}]}]}',
+         "path must be a plain relative path inside dest"),
     ],
 )  # fmt: skip
 def test_a_wrong_value_given_with_e_is_refused(

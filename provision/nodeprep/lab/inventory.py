@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 import shlex
+from pathlib import Path
 
 from nodeprep.lab.node import BOND_PEER
 from nodeprep.lab.recipe import GUEST_USER
@@ -21,6 +24,12 @@ SMOKE_CHECKPOINTS = f"{GUEST_DATA_MOUNT}/nodeprep-smoke/checkpoints"
 # The heartbeat's writable probe on the data disk (the role creates it for the daemon).
 HEARTBEAT_DIR = f"{GUEST_DATA_MOUNT}/nodeprep-heartbeat"
 SSH_COMMON_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+# A small data set the dataset role stages onto the data disk from the controller (the lab
+# has no data server): deterministic bytes, so every lab's copy has the same sha256.
+SAMPLE_DATASET = "sample"
+SAMPLE_DEST = f"{GUEST_DATA_MOUNT}/datasets/{SAMPLE_DATASET}"
+SAMPLE_SHARDS = 2
+SAMPLE_SHARD_BYTES = 1 << 20
 
 
 def _ini_value(value: str) -> str:
@@ -33,8 +42,9 @@ def node_roles_vars() -> dict[str, object]:
     The bond over both bond NICs, verified by a ping to the segment's peer; the data disk as
     a volume for volume_grow's guest step (a disk grown with `lab fault NODE disk-grow` is
     filled out); the heartbeat watching the bond's peer and the data disk (writes, free space
-    and its fill rate); the node checks
-    and the smoke drill's checkpoints on the data disk. The GPU probe stays (it skips here).
+    and its fill rate); the node checks and the smoke drill's checkpoints on the data disk.
+    The GPU probe stays (it skips here). The sample data set is added by ``render_ini``, which
+    knows the lab directory its shards are written to.
     """
     return {
         "nic_bond_members": list(GUEST_BOND_NICS),
@@ -67,10 +77,33 @@ def node_roles_vars() -> dict[str, object]:
     }
 
 
+def sample_datasets(directory: Path) -> list[dict[str, object]]:
+    """The lab's data sets: SAMPLE_SHARDS shards written once into DIRECTORY (on the controller),
+    staged by the dataset role to SAMPLE_DEST and verified as dataset.sample."""
+    files: list[dict[str, object]] = []
+    for shard in range(SAMPLE_SHARDS):
+        path = directory / f"shard-{shard:03d}.bin"
+        if not path.is_file() or path.stat().st_size != SAMPLE_SHARD_BYTES:
+            directory.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(".tmp")
+            partial.write_bytes(
+                random.Random(f"nodeprep-lab-{shard}").randbytes(SAMPLE_SHARD_BYTES)
+            )
+            partial.replace(path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        files.append({"src": str(path), "sha256": digest, "size": SAMPLE_SHARD_BYTES,
+                      "path": f"shards/{path.name}"})  # fmt: skip
+    return [{"name": SAMPLE_DATASET, "dest": SAMPLE_DEST, "files": files}]
+
+
 def render_ini(state: LabState) -> str:
     """An INI inventory: one host per node, reached through its forwarded port on loopback."""
+    variables = {
+        **node_roles_vars(),
+        "datasets": sample_datasets(Path(state.key).parent / "datasets" / SAMPLE_DATASET),
+    }
     roles = {key: json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
-             for key, value in node_roles_vars().items()}  # fmt: skip
+             for key, value in variables.items()}  # fmt: skip
     lines = [f"[{GROUP}]"]
     for node in state.nodes:
         host_vars = {

@@ -24,6 +24,7 @@ NAMES = {
     "nic_bond": ["mode", "miimon", "members_up", "active_member", "peer"],
     "volume_grow": ["size"],
     "apptainer": ["present", "image_hash", "runs"],
+    "dataset": ["staged"],
 }
 
 

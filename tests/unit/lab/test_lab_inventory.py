@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from nodeprep.data.staging import parse_datasets
 from nodeprep.lab.inventory import node_roles_vars, render_ini
 from nodeprep.lab.state import LabState, NodeRecord
 
@@ -61,3 +63,16 @@ def test_every_role_is_told_what_the_node_has(tmp_path: Path) -> None:
     types = [p["type"] for p in node1["heartbeat_probes"]]
     assert types == ["gpu", "icmp", "writable", "free_space"]
     assert node1["node_checks_checkpoint_dirs"] == [node1["smoke_keep_checkpoints"]]
+
+
+def test_the_sample_data_set_is_on_the_controller_with_its_hashes(tmp_path: Path) -> None:
+    """The dataset role's input: shards written once beside the lab's key, proven by sha256."""
+    (dataset,) = _hostvars(tmp_path)["node1"]["datasets"]
+    assert (dataset["name"], dataset["dest"]) == ("sample", "/data/datasets/sample")
+    assert parse_datasets([dataset])  # the role's own rules accept it
+    for entry in dataset["files"]:
+        data = Path(entry["src"]).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+        assert entry["size"] == len(data) == 1 << 20
+    # Rendering again keeps the shards (same bytes, same hashes), as every lab must.
+    assert _hostvars(tmp_path)["node1"]["datasets"] == [dataset]
