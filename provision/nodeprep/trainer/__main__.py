@@ -21,7 +21,7 @@ from typing import TextIO
 import torch
 
 from nodeprep import contract
-from nodeprep.checkpoint import CheckpointWriteError
+from nodeprep.checkpoint import CheckpointWriteError, DatasetChangedError
 from nodeprep.checkpoint import distributed as dist_util
 from nodeprep.progress import ProgressWriter, progress_path
 from nodeprep.trainer.loop import (
@@ -31,6 +31,7 @@ from nodeprep.trainer.loop import (
     TrainingStopped,
     setup_distributed,
 )
+from nodeprep.trainer.shards import DataDirError
 from nodeprep.trainer.statehash import final_state
 
 
@@ -75,6 +76,14 @@ def _parser() -> argparse.ArgumentParser:
         help="load batches through a DataLoader with N worker processes (0: in this process) "
         "that resumes bit-exact; by default batches are cut in memory",
     )
+    add(
+        "--data",
+        type=Path,
+        help="train on a staged data set (DIR/shards/*.bin and its dataset-manifest.json, as "
+        "python -m nodeprep.trainer.shards writes one); its version is kept in every checkpoint "
+        "and a resume against another version is refused",
+    )
+    add("--allow-dataset-change", action="store_true", help="resume on a changed data set")
     add("--log-every", type=int, default=1)
     add("--state-hash-out", type=Path, help="write the final state's sha256 here")
     add("--final-state-out", type=Path, help="torch.save the final state here (for tests)")
@@ -108,6 +117,8 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
         stop_on_nonfinite_loss=args.stop_on_nonfinite_loss,
         drill_nan_at=args.drill_nan_at,
         workers=args.workers,
+        data=args.data,
+        allow_dataset_change=args.allow_dataset_change,
     )
 
 
@@ -128,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.use_deterministic_algorithms(True)
     config = _config(args, setup_distributed(args.device))
     config.run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(config)
+    try:
+        trainer = Trainer(config)
+    except DataDirError as exc:
+        print(f"nodeprep.trainer: {exc}", file=sys.stderr)
+        return 2
     # Before registering: SIGUSR2's default action would kill the trainer the watchdog asks.
     stacks = _install_stack_dumps(config.run_dir)
     registered = _register(config.run_dir)
@@ -137,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             result = trainer.train()
+        except DatasetChangedError as exc:
+            print(f"nodeprep.trainer: not resumed: {exc} (here: --allow-dataset-change)",
+                  file=sys.stderr)  # fmt: skip
+            return 1
         except (CheckpointWriteError, TrainingStopped) as exc:
             # An expected outcome with a clear cause, not a bug: one sentence, no traceback.
             print(f"nodeprep.trainer: stopped at step {trainer.step}: {exc}", file=sys.stderr)

@@ -22,7 +22,8 @@ from nodeprep import contract
 from nodeprep.checkpoint import Checkpointer, EmergencyFlag, ResumableLoader, ResumableSampler
 from nodeprep.checkpoint import distributed as dist_util
 from nodeprep.progress import Phase, ProgressWriter
-from nodeprep.trainer.model import SyntheticData, SyntheticSamples, build_model
+from nodeprep.trainer import shards
+from nodeprep.trainer.model import Samples, SyntheticData, TensorData, build_model
 from nodeprep.trainer.statehash import final_state, state_hash
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class TrainConfig:
     stop_on_nonfinite_loss: bool = False
     drill_nan_at: int = 0  # fault drill: the weights turn NaN before this step (0: never)
     workers: int | None = None  # DataLoader workers (ResumableLoader); None: in-memory batches
+    data: Path | None = None  # a staged data set (shards + manifest); None: synthetic data
+    allow_dataset_change: bool = False  # resume although the data set's version changed
 
     def layer_for(self, step: int) -> str | None:
         """Which checkpoint (if any) is due after ``step`` completes."""
@@ -100,6 +103,8 @@ class Trainer:
             async_write=config.async_write,
             stop_on_error=config.stop_on_save_error,
             nonfinite=config.nonfinite,
+            dataset_version=self.dataset_version,
+            allow_dataset_change=config.allow_dataset_change,
         )
         self.step = 0
         self.loss: float | None = None
@@ -180,15 +185,18 @@ class Trainer:
         """Batches cut in the training process (the default), or with ``--workers N`` from a
         DataLoader with N workers; either position travels in the checkpoint's extras."""
         rank, world = dist_util.rank(), dist_util.world_size()
+        data: TensorData
+        if config.data is None:
+            data, self.dataset_version = SyntheticData(config.num_samples, config.seed), None
+        else:
+            data, self.dataset_version = shards.load(config.data)
+            self._say(f"data {config.data}: {len(data)} records, version {self.dataset_version}")
         if config.workers is None:
-            self.data = SyntheticData(config.num_samples, config.seed)
-            self.sampler = ResumableSampler(
-                config.num_samples, config.batch_size, config.seed, rank, world
-            )
+            self.data = data
+            self.sampler = ResumableSampler(len(data), config.batch_size, config.seed, rank, world)
             self.extras["sampler"] = self.sampler
         else:
-            samples = SyntheticSamples(config.num_samples, config.seed)
-            self.loader = ResumableLoader(samples, config.batch_size, config.seed, rank=rank,
+            self.loader = ResumableLoader(Samples(data), config.batch_size, config.seed, rank=rank,
                                           world_size=world, num_workers=config.workers)  # fmt: skip
             self.extras["loader"] = self.loader
 
