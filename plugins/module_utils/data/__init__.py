@@ -6,6 +6,7 @@ as Ansible module_utils on nodes that have nothing but python3.
 
 from __future__ import annotations
 
+from .cache import CacheStats, PreprocessCache
 from .download import DEFAULT_POLICY, DownloadResult, download
 from .errors import DownloadError
 from .manifest import (
@@ -24,11 +25,13 @@ from .retry import RetryPolicy
 __all__ = [
     "DEFAULT_POLICY",
     "MANIFEST_NAME",
+    "CacheStats",
     "DatasetManifest",
     "DownloadError",
     "DownloadResult",
     "ManifestEntry",
     "ManifestError",
+    "PreprocessCache",
     "Problem",
     "RetryPolicy",
     "build_manifest",

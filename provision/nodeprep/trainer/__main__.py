@@ -84,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
         "and a resume against another version is refused",
     )
     add("--allow-dataset-change", action="store_true", help="resume on a changed data set")
+    add(
+        "--cache",
+        type=Path,
+        help="keep --data's preprocessed shards here and reuse them (entries are checked, "
+        "never unpickled; a torn or foreign one is computed again)",
+    )
     add("--log-every", type=int, default=1)
     add("--state-hash-out", type=Path, help="write the final state's sha256 here")
     add("--final-state-out", type=Path, help="torch.save the final state here (for tests)")
@@ -96,6 +102,8 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
             raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
     if args.workers is not None and args.workers < 0:
         raise SystemExit("--workers must be 0 (load in the trainer) or more")
+    if args.cache is not None and args.data is None:
+        raise SystemExit("--cache keeps --data's preprocessed shards: give --data DIR too")
     if args.drill_nan_at < 0:
         raise SystemExit("--drill-nan-at must be a step (1 or more), or 0 for no drill")
     if args.full_every < 0 or args.model_mb <= 0:
@@ -118,6 +126,7 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
         drill_nan_at=args.drill_nan_at,
         workers=args.workers,
         data=args.data,
+        cache=args.cache,
         allow_dataset_change=args.allow_dataset_change,
     )
 

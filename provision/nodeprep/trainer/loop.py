@@ -51,6 +51,7 @@ class TrainConfig:
     drill_nan_at: int = 0  # fault drill: the weights turn NaN before this step (0: never)
     workers: int | None = None  # DataLoader workers (ResumableLoader); None: in-memory batches
     data: Path | None = None  # a staged data set (shards + manifest); None: synthetic data
+    cache: Path | None = None  # where --data's preprocessed shards are kept (PreprocessCache)
     allow_dataset_change: bool = False  # resume although the data set's version changed
 
     def layer_for(self, step: int) -> str | None:
@@ -189,7 +190,7 @@ class Trainer:
         if config.data is None:
             data, self.dataset_version = SyntheticData(config.num_samples, config.seed), None
         else:
-            data, self.dataset_version = shards.load(config.data)
+            data, self.dataset_version = shards.load(config.data, config.cache)
             self._say(f"data {config.data}: {len(data)} records, version {self.dataset_version}")
         if config.workers is None:
             self.data = data

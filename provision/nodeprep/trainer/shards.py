@@ -19,12 +19,23 @@ from pathlib import Path
 
 import torch
 
-from nodeprep.data import ManifestError, build_manifest, check, read_manifest, write_manifest
+from nodeprep.data import (
+    ManifestEntry,
+    ManifestError,
+    PreprocessCache,
+    build_manifest,
+    check,
+    read_manifest,
+    write_manifest,
+)
 from nodeprep.trainer.model import CLASSES, INPUT_DIM, TensorData
 
 RECORD_BYTES = INPUT_DIM
 SHARD_DIR = "shards"
 TEACHER_SEED = 20240607
+# Names everything a cached shard depends on besides its bytes: change the preprocessing
+# below, bump the version, and every cached shard is computed afresh.
+CACHE_NAMESPACE = f"trainer-shards-v1-r{RECORD_BYTES}-t{TEACHER_SEED}"
 
 
 class DataDirError(Exception):
@@ -49,9 +60,11 @@ def write_dataset(root: Path, shards: int, size: int, seed: int) -> str:
     return manifest.version
 
 
-def load(root: Path) -> tuple[TensorData, str]:
+def load(root: Path, cache: Path | None = None) -> tuple[TensorData, str]:
     """The records of the data set at ROOT and its version, after a cheap check against its
-    manifest (names and sizes): a missing or truncated shard is refused, never trained on."""
+    manifest (names and sizes): a missing or truncated shard is refused, never trained on.
+    With CACHE, each shard's preprocessed tensors are kept there (``PreprocessCache``, keyed
+    by the shard's sha256) and read back instead of preprocessing it again."""
     try:
         manifest = read_manifest(root)
         problems = check(root, manifest, full=False)
@@ -60,15 +73,47 @@ def load(root: Path) -> tuple[TensorData, str]:
     if problems:
         shown = "; ".join(str(p) for p in problems[:3])
         raise DataDirError(f"--data {root} differs from its manifest: {shown}; stage it again")
-    shards = [e for e in manifest.files if e.path.startswith(f"{SHARD_DIR}/")]
-    raw = b"".join((root / e.path).read_bytes()[: e.size - e.size % RECORD_BYTES] for e in shards)
-    if not raw:
+    entries = [e for e in manifest.files if e.path.startswith(f"{SHARD_DIR}/")]
+    store = PreprocessCache(cache, CACHE_NAMESPACE) if cache is not None else None
+    parts = [_shard(root, entry, store) for entry in entries]
+    parts = [part for part in parts if len(part[1])]
+    if not parts:
         raise DataDirError(f"--data {root} holds no record under {SHARD_DIR}/; nothing to train on")
-    records = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(-1, RECORD_BYTES)
+    inputs = torch.cat([part[0] for part in parts])
+    labels = torch.cat([part[1] for part in parts])
+    return TensorData(inputs, labels), manifest.version
+
+
+def preprocess(raw: bytes) -> tuple[torch.Tensor, torch.Tensor]:
+    """One shard's records: inputs scaled to [-1, 1], labels from the fixed teacher."""
+    usable = raw[: len(raw) - len(raw) % RECORD_BYTES]
+    records = torch.frombuffer(bytearray(usable), dtype=torch.uint8).view(-1, RECORD_BYTES)
     inputs = records.to(torch.float32) / 127.5 - 1.0
-    generator = torch.Generator().manual_seed(TEACHER_SEED)
-    teacher = torch.randn(INPUT_DIM, CLASSES, generator=generator)
-    return TensorData(inputs, (inputs @ teacher).argmax(dim=1)), manifest.version
+    teacher = torch.randn(INPUT_DIM, CLASSES, generator=torch.Generator().manual_seed(TEACHER_SEED))
+    return inputs, (inputs @ teacher).argmax(dim=1)
+
+
+def _shard(
+    root: Path, entry: ManifestEntry, store: PreprocessCache | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if store is None:
+        return preprocess((root / entry.path).read_bytes())
+
+    def compute() -> tuple[bytes, dict[str, int]]:
+        inputs, labels = preprocess((root / entry.path).read_bytes())
+        return tensor_bytes(inputs) + tensor_bytes(labels), {"records": len(labels)}
+
+    payload, meta = store.get_or_compute(f"{entry.path}:{entry.sha256}", compute)
+    records = int(meta["records"])
+    split = records * INPUT_DIM * 4
+    inputs = torch.frombuffer(bytearray(payload[:split]), dtype=torch.float32)
+    labels = torch.frombuffer(bytearray(payload[split:]), dtype=torch.int64)
+    return inputs.view(records, INPUT_DIM), labels
+
+
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """A CPU tensor's raw bytes (its own compact storage), for a cache entry."""
+    return bytes(tensor.detach().cpu().contiguous().clone().untyped_storage())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,3 +43,18 @@ def test_the_script_writes_a_data_set(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "3 shards of 640 bytes, version " in capsys.readouterr().out
     data, _ = shards.load(tmp_path / "d")
     assert len(data) == 30
+
+
+def test_the_cache_gives_the_same_tensors_and_survives_a_torn_entry(tmp_path: Path) -> None:
+    root, cache = tmp_path / "data", tmp_path / "cache"
+    shards.write_dataset(root, shards=2, size=8 * INPUT_DIM, seed=5)
+    plain, _ = shards.load(root)
+    first, _ = shards.load(root, cache)
+    entries = sorted(cache.rglob("*.entry"))
+    assert len(entries) == 2
+    entries[0].write_bytes(entries[0].read_bytes()[:-7])  # torn after a crash
+    second, _ = shards.load(root, cache)
+    for data in (first, second):
+        assert torch.equal(data.inputs, plain.inputs)
+        assert torch.equal(data.labels, plain.labels)
+    assert len(sorted(cache.rglob("*.entry"))) == 2  # recomputed and stored again
