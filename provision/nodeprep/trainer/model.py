@@ -68,7 +68,7 @@ class SyntheticData(TensorData):
 class Samples:
     """A set one sample at a time, for a DataLoader: each sample draws its own noise.
 
-    Under ``ResumableLoader`` the draws are seeded per sample in whichever worker loads it.
+    Under ``ResumableLoader`` the draws are seeded per batch in whichever worker loads it.
     """
 
     def __init__(self, data: TensorData) -> None:
