@@ -22,6 +22,7 @@ from ansible_collections.nodeprep.hardening.plugins.module_utils.data.manifest i
 )
 from ansible_collections.nodeprep.hardening.plugins.module_utils.data.retry import RetryPolicy
 from ansible_collections.nodeprep.hardening.plugins.module_utils.data.staging import (
+    DEFAULT_ROOTS,
     Dataset,
     StagedFile,
     StagingError,
@@ -87,6 +88,11 @@ options:
       C(timeout_s) (per connect and per read).
     type: dict
     default: {}
+  allowed_roots:
+    description: Every C(dest) must lie inside one of these directories.
+    type: list
+    elements: str
+    default: [/data, /mnt, /srv, /scratch, /opt, /home, /var/lib]
   marker_dir:
     description: Where the dataset role's marker is written.
     type: path
@@ -282,11 +288,12 @@ def main() -> None:
             "controller": {"type": "list", "elements": "dict", "default": []},
             "retry": {"type": "dict", "default": {}},
             "marker_dir": {"type": "path", "default": MARKER_DIR},
+            "allowed_roots": {"type": "list", "elements": "str", "default": list(DEFAULT_ROOTS)},
         },
         supports_check_mode=True,
     )
     try:
-        datasets = parse_datasets(module.params["datasets"])
+        datasets = parse_datasets(module.params["datasets"], module.params["allowed_roots"])
         retry = policy(module.params["retry"])
         if module.params["state"] == "plan":
             seen = {str(r.get("item")): r.get("stat") or {} for r in module.params["controller"]}

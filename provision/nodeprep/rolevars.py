@@ -86,7 +86,7 @@ def _inside(name: str, value: Any) -> str | None:
 
     if name == "datasets":
         try:
-            staging.parse_datasets(value)
+            staging.parse_datasets(value, allowed_roots=None)
         except staging.StagingError as err:
             return str(err)
         return None

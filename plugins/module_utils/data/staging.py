@@ -53,13 +53,29 @@ class Dataset:
     files: tuple[StagedFile, ...]
 
 
-def parse_datasets(value: Any) -> list[Dataset]:
-    """The data sets of the role variable ``datasets``, or StagingError naming the first fault."""
+DEFAULT_ROOTS = ("/data", "/mnt", "/srv", "/scratch", "/opt", "/home", "/var/lib")
+
+
+def parse_datasets(value: Any, allowed_roots: Any = DEFAULT_ROOTS) -> list[Dataset]:
+    """The data sets of the role variable ``datasets``, or StagingError naming the first fault.
+
+    Every ``dest`` must lie inside one of ALLOWED_ROOTS (the role's ``dataset_allowed_roots``),
+    so that a typo cannot stage a data set over /etc or /usr; None leaves that to the node
+    (the controller judges ``datasets`` alone, without the host's roots)."""
     if not isinstance(value, list):
         raise StagingError(f"datasets must be a list of data sets, not {type(value).__name__}")
+    roots = None if allowed_roots is None else _roots(allowed_roots)
     found: list[Dataset] = []
     for index, item in enumerate(value):
         dataset = _dataset(index, item)
+        if roots is not None and not any(
+            dataset.dest.startswith(root.rstrip("/") + "/") for root in roots
+        ):
+            raise StagingError(
+                f"data set {dataset.name!r}: dest {dataset.dest} is outside the allowed roots "
+                f"({', '.join(roots)}); choose a dest inside one, or add its root to "
+                "dataset_allowed_roots"
+            )
         for other in found:
             if other.name == dataset.name:
                 raise StagingError(f"data set {dataset.name!r} is listed twice; give each a name")
@@ -70,6 +86,21 @@ def parse_datasets(value: Any) -> list[Dataset]:
                 )
         found.append(dataset)
     return found
+
+
+def _roots(value: Any) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise StagingError(f"dataset_allowed_roots must be a non-empty list, not {value!r}")
+    for root in value:
+        if (
+            not isinstance(root, str)
+            or not root.startswith("/")
+            or posixpath.normpath(root) != root.rstrip("/")
+        ):
+            raise StagingError(
+                f"dataset_allowed_roots holds {root!r}; each must be an absolute, normalised path"
+            )
+    return [str(root) for root in value]
 
 
 def _nested(one: str, two: str) -> bool:

@@ -43,6 +43,7 @@ def play(
         # Small waits keep the test to seconds; the attempt budget still covers the cuts.
         "dataset_retry_max_delay": 1,
         "dataset_timeout_s": 5,
+        "dataset_allowed_roots": [str(tmp_path)],
         **extra,
     }
     done = subprocess.run(
@@ -52,6 +53,10 @@ def play(
     )  # fmt: skip
     kept = json.loads(out.read_text()) if out.exists() else {}
     return done.returncode, done.stdout + done.stderr, kept
+
+
+def files_of(server: FlakyServer) -> list[dict[str, Any]]:
+    return [{"url": server.url(), "sha256": sha256(server.content)}]
 
 
 def verdicts(kept: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -175,11 +180,19 @@ def test_refusals_come_before_any_byte(tmp_path: Path, server: FlakyServer, cont
         assert server.requests == []
         assert list(small.iterdir()) == []
 
+    # A dest outside dataset_allowed_roots (here the test's directory) fails the task at once.
+    outside = [{"name": "typo", "dest": "/etc/nodeprep-dataset-test", "files": files_of(server)}]
+    rc, output, _ = play(tmp_path, outside)
+    assert rc != 0
+    assert "dest /etc/nodeprep-dataset-test is outside the allowed roots" in output
+    assert not Path("/etc/nodeprep-dataset-test").exists()
+
     crowded = tmp_path / "crowded"
     crowded.mkdir()
     (crowded / "notes.txt").write_text("mine")
-    files = [{"url": server.url(), "sha256": sha256(content)}]
-    rc, output, _ = play(tmp_path, [{"name": "crowded", "dest": str(crowded), "files": files}])
+    rc, output, _ = play(
+        tmp_path, [{"name": "crowded", "dest": str(crowded), "files": files_of(server)}]
+    )
     assert rc != 0
     assert "holds files the data set does not list (notes.txt)" in output
     assert server.requests == []

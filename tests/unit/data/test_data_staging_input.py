@@ -50,8 +50,8 @@ def test_paths_default_to_the_file_name_and_hashes_are_lower_case() -> None:
         ([{"name": "c", "dest": "/data/c", "files": [{"src": "/a/x", "sha256": SHA}]},
           {"name": "c", "dest": "/data/d", "files": [{"src": "/a/x", "sha256": SHA}]}],
          "data set 'c' is listed twice"),
-        ([{"name": "c", "dest": "/data", "files": [{"src": "/a/x", "sha256": SHA}]},
-          {"name": "d", "dest": "/data/d", "files": [{"src": "/a/x", "sha256": SHA}]}],
+        ([{"name": "c", "dest": "/data/c", "files": [{"src": "/a/x", "sha256": SHA}]},
+          {"name": "d", "dest": "/data/c/d", "files": [{"src": "/a/x", "sha256": SHA}]}],
          "share a directory; give each its own dest"),
     ],
 )  # fmt: skip
@@ -59,3 +59,20 @@ def test_each_fault_is_named(datasets: Any, said: str) -> None:
     with pytest.raises(StagingError) as raised:
         parse_datasets(datasets)
     assert said in str(raised.value)
+
+
+def test_dest_must_lie_inside_an_allowed_root() -> None:
+    typo = [{"name": "c", "dest": "/etc/c", "files": [{"src": "/a/x", "sha256": SHA}]}]
+    with pytest.raises(StagingError) as raised:
+        parse_datasets(typo)
+    assert str(raised.value) == (
+        "data set 'c': dest /etc/c is outside the allowed roots (/data, /mnt, /srv, /scratch, "
+        "/opt, /home, /var/lib); choose a dest inside one, or add its root to "
+        "dataset_allowed_roots"
+    )
+    assert parse_datasets(typo, ["/etc"])[0].dest == "/etc/c"
+    assert parse_datasets(typo, None)[0].dest == "/etc/c"  # the controller leaves it to the node
+    with pytest.raises(StagingError, match="dest /data is outside the allowed roots"):
+        parse_datasets([{**typo[0], "dest": "/data"}])  # a root itself is not a data set's own
+    with pytest.raises(StagingError, match="dataset_allowed_roots holds 'etc'"):
+        parse_datasets(typo, ["etc"])
