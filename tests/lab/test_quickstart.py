@@ -2,7 +2,9 @@
 lab up -> disk-grow -> build-image -> `lab apptainer-vars` -> provision -> verify, with only
 what the lab inventory says of the node. Every role is applied (tmux, the bond over both bond
 NICs, volume_grow filling out the grown data disk, the heartbeat watching the bond's peer and
-the data disk, apptainer) and every check passes but the GPU's, which skip with "no NVIDIA GPU";
+the data disk, the sample data set staged from the controller, apptainer) and every check
+passes but the GPU's, which skip with "no NVIDIA GPU" (a byte then changed in a staged shard
+fails the full data set check, naming the shard);
 the smoke drill SIGKILLs the trainer inside the image on the node, it resumes bit-exact, and
 checkpoint.newest verifies the checkpoints the drill kept. Around it, what the apptainer role
 must refuse: a package or an image whose sha256 is not the one given is not sent, and nothing
@@ -50,7 +52,7 @@ from verify_helpers import SLOW_NODE_VARS, failures, run_verify, statuses
 
 from image_testbed import TORCH_IMAGE, apptainer, build_image, torch_wheelhouse
 from nodeprep.lab.apptainer import IMAGE_DEST
-from nodeprep.lab.inventory import SMOKE_CHECKPOINTS
+from nodeprep.lab.inventory import SAMPLE_DEST, SMOKE_CHECKPOINTS
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(2400)]
 CACHE = "/var/cache/nodeprep/apptainer"
@@ -151,6 +153,7 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert lab_node.sh("systemctl is-active nodeprep-heartbeat").strip() == "active"
 
     verify_passes_all_but_the_gpu_checks(inventory, tmp_path)
+    a_changed_byte_fails_the_full_data_set_check(lab_node, inventory, tmp_path)
 
     verify_fails_with_both_links_cut(lab_node, inventory)
     bad_probe_is_rolled_back(lab_node, inventory)
@@ -163,6 +166,26 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert code == 1, output
     assert "nothing was copied" in output, output
     assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
+
+
+def a_changed_byte_fails_the_full_data_set_check(
+    node: LabNode, inventory: Path, tmp_path: Path
+) -> None:
+    """One byte of a staged shard changed on the node (same size): the full check names it."""
+    shard = f"{SAMPLE_DEST}/shards/shard-001.bin"
+    flip = (
+        "sudo python3 -c \"import sys; f=open(sys.argv[1],'r+b'); f.seek(4096); b=f.read(1); "
+        f'f.seek(4096); f.write(bytes([b[0]^255])); f.close()" {shard}'
+    )
+    node.sh(flip)
+    code, output, report = run_verify(
+        inventory, tmp_path, "dataset", "--fast", "--checks", "dataset",
+        node_vars={**SLOW_NODE_VARS, "dataset_verify_full": True},
+    )  # fmt: skip
+    node.sh(flip)  # the byte back: the node is as staged again
+    assert code == 1, output
+    detail = failures(report, "node1")["dataset.sample"]
+    assert "shards/shard-001.bin: sha256 differs" in detail, detail
 
 
 def refused_and_checked_bond_changes_nothing(node: LabNode, inventory: Path) -> None:
