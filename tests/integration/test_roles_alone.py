@@ -31,6 +31,16 @@ ENABLE: dict[str, dict[str, Any]] = {
         "nic_bond_probe_target": "10.77.0.2",
     },
     "volume_grow": {"volume_grow_volumes": [{"mount": "/nonexistent/nodeprep-test"}]},
+    # A size given: check mode plans without asking the (absent) server anything.
+    "dataset": {
+        "datasets": [
+            {
+                "name": "t",
+                "dest": "/var/lib/nodeprep-test-dataset",
+                "files": [{"url": "http://127.0.0.1:9/shard.bin", "sha256": "0" * 64, "size": 1}],
+            }
+        ]
+    },
 }
 MISSING_FACT = ("Error while evaluating conditional", "is undefined", "has no attribute")
 
@@ -51,7 +61,7 @@ def provision(inventory: Path, tmp_path: Path, *args: str) -> tuple[int, dict[st
 
 def test_the_playbook_composes_every_role() -> None:
     assert set(roles_of_provision()) == {
-        "preflight", "tmux", "heartbeat", "apptainer", "nic_bond", "volume_grow",
+        "preflight", "tmux", "heartbeat", "dataset", "apptainer", "nic_bond", "volume_grow",
     }  # fmt: skip
 
 
