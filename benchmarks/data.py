@@ -18,6 +18,7 @@ Usage: python benchmarks/data.py [--quick] [--rounds N] [--trials K] [--dir DIR]
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -75,7 +76,14 @@ def loader_rounds(samples: Samples, rounds: int, batches: int) -> dict[int, dict
                 drain(source, 10)  # warm-up: workers started, first batches prefetched
                 seconds = drain(source, batches)
                 figures[workers][kind].append(batches * BATCH / seconds)
+                # End this loader's workers here, before the next one forks (a worker that
+                # inherits a live iterator would try to shut it down from the wrong process).
+                if kind == "plain":
+                    source.close()
+                else:
+                    loader._batches = None
                 del source
+                gc.collect()
     return {
         w: {k: statistics.median(v) for k, v in kinds_.items()} for w, kinds_ in figures.items()
     }

@@ -60,12 +60,12 @@ class SeededBatches(Dataset[Any]):
     def __getitem__(self, key: BatchKey) -> Any:
         if get_worker_info() is not None:
             return self._seeded(key)
-        saved = random.getstate()
-        with torch.random.fork_rng(devices=[]):
-            try:
-                return self._seeded(key)
-            finally:
-                random.setstate(saved)
+        saved, saved_torch = random.getstate(), torch.get_rng_state()
+        try:
+            return self._seeded(key)
+        finally:
+            random.setstate(saved)
+            torch.set_rng_state(saved_torch)
 
     def _seeded(self, key: BatchKey) -> Any:
         random.seed(key.seed)
