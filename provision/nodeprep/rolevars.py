@@ -84,9 +84,12 @@ def _inside(name: str, value: Any) -> str | None:
     from nodeprep.data import staging
     from nodeprep.heartbeat import config
 
-    if name == "datasets":
+    if name in ("datasets", "dataset_allowed_roots"):
         try:
-            staging.parse_datasets(value, allowed_roots=None)
+            if name == "datasets":
+                staging.parse_datasets(value, allowed_roots=None)
+            else:
+                staging.check_roots(value)
         except staging.StagingError as err:
             return str(err)
         return None

@@ -54,6 +54,9 @@ def invoke(*args: str) -> tuple[int, str]:
         ("provision", '{"datasets": [{"name": "c", "dest": "/data/c", "files": [{"src": '
          '"/srv/a.bin", "path": "../a.bin", "sha256": "' + "a" * 64 + '"}]}]}',
          "path must be a plain relative path inside dest"),
+        ("provision", '{"dataset_allowed_roots": ["data"]}',
+         "dataset_allowed_roots holds 'data'; each must be an absolute, normalised path"),
+        ("provision", "dataset_retry_max_attempts=many", "for role dataset"),
     ],
 )  # fmt: skip
 def test_a_wrong_value_given_with_e_is_refused(

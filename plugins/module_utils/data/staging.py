@@ -88,6 +88,11 @@ def parse_datasets(value: Any, allowed_roots: Any = DEFAULT_ROOTS) -> list[Datas
     return found
 
 
+def check_roots(value: Any) -> None:
+    """StagingError when the role variable ``dataset_allowed_roots`` is not a list of roots."""
+    _roots(value)
+
+
 def _roots(value: Any) -> list[str]:
     if not isinstance(value, (list, tuple)) or not value:
         raise StagingError(f"dataset_allowed_roots must be a non-empty list, not {value!r}")
