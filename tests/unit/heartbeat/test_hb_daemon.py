@@ -15,8 +15,8 @@ def _probe(endpoint: Endpoint, name: str = "web", **kw: Any) -> dict[str, Any]:
         "name": name,
         "type": "http",
         "url": f"{endpoint.url}/health",
-        "interval": 0.3,
-        "timeout": 0.2,
+        "interval": 0.4,
+        "timeout": 0.4,
         "fail_threshold": 3,
         "recover_threshold": 2,
     }
@@ -55,9 +55,9 @@ def test_slow_but_ok_and_single_blips_never_trip(
     time.sleep(2.0)
     for _ in range(4):
         endpoint.set_mode("error")
-        wait_for(lambda: hb.state("web") == "suspect", 3, "a blip to be seen")
+        wait_for(lambda: hb.state("web") == "suspect", 6, "a blip to be seen")
         endpoint.set_mode("slow")
-        wait_for(lambda: hb.state("web") == "healthy", 3, "the blip to clear")
+        wait_for(lambda: hb.state("web") == "healthy", 6, "the blip to clear")
     assert hb.trips == []
     seq = _runs(hb.observed, "web")
     assert sum(1 for ok, _ in seq if not ok) >= 4
@@ -114,7 +114,7 @@ def test_a_hung_endpoint_stalls_neither_the_loop_nor_other_probes(
         wait_for(lambda: hb.observed, 5, "first answer")
         endpoint.set_mode("hang")
         start = time.time()
-        time.sleep(2.4)
+        time.sleep(3.0)
         during = [(n, ok) for t, n, ok, _ in hb.observed if t > start + 0.3]
         assert sum(1 for n, ok in during if n == "gw" and ok) >= 4
         assert sum(1 for n, ok in during if n == "hung" and not ok) >= 4

@@ -20,11 +20,13 @@ def test_daemon_writes_prometheus_textfile(
     endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon], tmp_path: Path
 ) -> None:
     prom = tmp_path / "heartbeat.prom"
-    probe = http_probe(endpoint, 0.2, 0.1, 1)
+    # A timeout of a whole interval: the up sample must not depend on how busy the machine is
+    # (a 0.1 s timeout failed once on a CI machine building an image beside the tests).
+    probe = http_probe(endpoint, 0.5, 0.5, 1)
     hb = run_daemon({"probes": [probe], "metrics": {"path": str(prom), "interval_s": 0.2}})
     wait_for(
         lambda: prom.exists() and 'probe_up{probe="web",type="http"} 1' in prom.read_text(),
-        5,
+        20,
         "an up sample",
     )
     endpoint.set_mode("error")
