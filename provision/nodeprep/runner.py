@@ -133,6 +133,7 @@ class TaskFailure:
     role: str
     message: str
     unreachable: bool = False
+    refused: bool = False  # a module refused before changing anything (nodeprep_refused)
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ class RunResult:
     results: list[dict[str, Any]] = field(default_factory=list)
     plays: list[PlayBatch] = field(default_factory=list)
     changes: list[TaskChange] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # nodeprep_job payloads
 
     @property
     def unreachable_hosts(self) -> list[str]:
@@ -226,6 +228,7 @@ class _EventCollector:
         self.results: list[dict[str, Any]] = []
         self.plays: list[PlayBatch] = []
         self.changes: list[TaskChange] = []
+        self.jobs: list[dict[str, Any]] = []
 
     def __call__(self, event: dict[str, Any]) -> bool:
         data = event.get("event_data") or {}
@@ -254,9 +257,12 @@ class _EventCollector:
             outcome = "ok"
         message = _message(res) if outcome in ("failed", "unreachable") else ""
         if outcome in ("failed", "unreachable"):
+            refused = isinstance(res, dict) and bool(res.get("nodeprep_refused"))
             self.failures.append(
-                TaskFailure(host, task, role, message, unreachable=outcome == "unreachable")
+                TaskFailure(host, task, role, message, outcome == "unreachable", refused)
             )
+        if isinstance(res, dict) and isinstance(res.get("nodeprep_job"), dict):
+            self.jobs.append({**res["nodeprep_job"], "host": host})
         checks = tuple({"host": host, **found} for found in _checks(res))
         self.results.extend(checks)
         self._emit(Progress(task, role, host=host, outcome=outcome, message=message, checks=checks))
@@ -323,6 +329,7 @@ def run(request: RunRequest, on_progress: Callable[[Progress], None] | None = No
             results=collector.results,
             plays=collector.plays,
             changes=collector.changes,
+            jobs=collector.jobs,
         )
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)

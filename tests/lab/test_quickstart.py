@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from job_story import the_job_survives_logout_kill_and_reset
 from lab_helpers import LabNode
 from nic_bond_helpers import (
     ADDRESS,
@@ -166,6 +167,9 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert code == 1, output
     assert "nothing was copied" in output, output
     assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
+
+    # The job on the hardened node: nodeprep run / status / stop (tests/lab/job_story.py).
+    the_job_survives_logout_kill_and_reset(lab_node, inventory, tmp_path)
 
 
 def a_changed_byte_fails_the_full_data_set_check(

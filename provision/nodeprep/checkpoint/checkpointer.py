@@ -32,10 +32,14 @@ from nodeprep.checkpoint.finite import (
     NonFiniteStateError,
     nonfinite_reason,
 )
-from nodeprep.checkpoint.store import LoadedCheckpoint, load_latest
+from nodeprep.checkpoint.manifest import parse_name
+from nodeprep.checkpoint.store import LoadedCheckpoint, committed, load_latest
 from nodeprep.checkpoint.writer import AsyncWriter, SaveResult, SyncWriter, write_and_prune
 
 log = logging.getLogger(__name__)
+
+
+COPIES = ("shared", "node")  # one copy on a shared filesystem, or one on every node
 
 
 class Stateful(Protocol):
@@ -51,6 +55,11 @@ class Checkpointer:
     ``train.pt``. Model and optimizer state are taken from rank 0 as-is, which
     is correct for data-parallel (replicated) training and wrong for sharded
     (FSDP/tensor-parallel) state, which this class does not handle.
+
+    ``copies="node"``: nodes without a shared filesystem (local NVMe, one EBS volume each).
+    Every node's local rank 0 writes the same checkpoint to its own ``root`` (the state is
+    replicated, and every rank's RNG and extras reach every rank), and a resume loads the
+    newest checkpoint that verifies on every node, each node from its own copy.
     """
 
     def __init__(
@@ -69,7 +78,11 @@ class Checkpointer:
         nonfinite: str = "refuse",
         dataset_version: str | None = None,
         allow_dataset_change: bool = False,
+        copies: str = "shared",
     ) -> None:
+        if copies not in COPIES:
+            raise ValueError(f"copies must be one of {COPIES}, got {copies!r}")
+        self.copies = copies
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         self.nonfinite = nonfinite
@@ -84,7 +97,7 @@ class Checkpointer:
         self.last_committed: SaveResult | None = None
         self.history: list[SaveResult] = []
         self.failures: list[SaveResult] = []
-        self.is_writer = dist_util.rank() == 0
+        self.is_writer = (dist_util.local_rank() if copies == "node" else dist_util.rank()) == 0
         self._writer: AsyncWriter | SyncWriter | None = None
         self._keeps = {"full": keep, "light": keep_light}
         if self.is_writer:
@@ -158,7 +171,7 @@ class Checkpointer:
         if self._writer is not None:
             self._record(self._writer.collect(block=True))
             error = self._not_durable(step)
-        error = dist_util.broadcast_from_zero(error)
+        error = next((e for e in dist_util.gather_all(error) if e is not None), None)
         if error is not None:
             raise CheckpointWriteError(error)
 
@@ -251,6 +264,8 @@ class Checkpointer:
 
     def _load_agreed(self) -> LoadedCheckpoint | None:
         """Rank 0 chooses (newest full that verifies, else newest light if allowed); all load it."""
+        if self.copies == "node":
+            return self._load_agreed_per_node()
         chosen: LoadedCheckpoint | None = None
         if self.is_writer:
             chosen = load_latest(self.root, ("full",))
@@ -266,6 +281,34 @@ class Checkpointer:
                 "every rank needs the same checkpoint directory (a shared filesystem)"
             )
         return loaded
+
+    def _load_agreed_per_node(self) -> LoadedCheckpoint | None:
+        """The newest checkpoint every node has and can verify, each node loading its own copy.
+
+        Candidates are the names every node's writer lists (full ones newest first, then
+        light ones if allowed); each is tried on every rank, and the first that verifies
+        everywhere is the one all ranks resume from.
+        """
+        layers = ("full", "light") if self.resume_from_light else ("full",)
+        mine = [path.name for path in committed(self.root, layers)] if self.is_writer else None
+        lists = [set(names) for names in dist_util.gather_all(mine) if names is not None]
+        common = set.intersection(*lists) if lists else set()
+        parsed = {name: parse_name(name) or (0, "light") for name in common}
+        order = sorted(common, key=lambda n: (parsed[n][1] == "full", parsed[n][0]), reverse=True)
+        for name in order:
+            loaded = load_latest(self.root, layers, only=name)
+            if not dist_util.any_rank(loaded is None):
+                return loaded
+            log.warning("%s does not verify on every node; trying an older one", name)
+        if any(names != lists[0] for names in lists):
+            # The nodes disagree (one lost its disk, one's saves failed): starting afresh
+            # would silently throw away the others' training, so refuse instead.
+            raise CheckpointWriteError(
+                f"the nodes share no checkpoint under {self.root} that verifies on every node "
+                "(some nodes have checkpoints the others lack); copy the newest checkpoint "
+                "directory to every node, or move the checkpoints aside to start afresh"
+            )
+        return None
 
     def _not_durable(self, step: int) -> str | None:
         """Why no full checkpoint of ``step`` committed (its save's own error if it failed)."""

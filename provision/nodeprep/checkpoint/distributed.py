@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import Any
 
@@ -15,6 +16,11 @@ def active() -> bool:
 
 def rank() -> int:
     return dist.get_rank() if active() else 0
+
+
+def local_rank() -> int:
+    """This process's rank on its node (torchrun's LOCAL_RANK), 0 without a process group."""
+    return int(os.environ.get("LOCAL_RANK", "0")) if active() else 0
 
 
 def world_size() -> int:

@@ -9,6 +9,7 @@ import click
 from nodeprep import __version__
 from nodeprep.cli.build_image import build_image
 from nodeprep.cli.group import OneLineErrorGroup
+from nodeprep.cli.job import run, status, stop
 from nodeprep.cli.lab import lab
 from nodeprep.cli.provision import provision
 from nodeprep.cli.verify import verify
@@ -26,6 +27,8 @@ def cli(debug: bool) -> None:
       nodeprep provision inventory.ini --limit gpu01 --check --diff
       nodeprep verify inventory.ini --junit verify.xml
       nodeprep build-image --wheelhouse ./wheels -o trainer.sif
+      nodeprep run inventory.ini --name pretrain
+      nodeprep status inventory.ini --name pretrain
     """
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
@@ -37,6 +40,9 @@ cli.add_command(provision)
 cli.add_command(lab)
 cli.add_command(verify)
 cli.add_command(build_image)
+cli.add_command(run)
+cli.add_command(status)
+cli.add_command(stop)
 
 
 def main() -> None:

@@ -202,18 +202,28 @@ def down() -> None:
 
 @lab.command()
 @click.argument("node")
-@click.argument("action", type=click.Choice(["link-down", "link-up", "disk-grow"]))
-@click.argument("target", metavar="NIC|SIZE")
+@click.argument("action", type=click.Choice(["link-down", "link-up", "disk-grow", "reset"]))
+@click.argument("target", metavar="[NIC|SIZE]", required=False, default="")
 @lab_errors
 def fault(node: str, action: str, target: str) -> None:
-    """Inject a fault into NODE: cut or restore a bond NIC (b0, b1), or grow the data disk.
+    """Inject a fault into NODE: cut or restore a bond NIC (b0, b1), grow the data disk, or
+    reset the node (a power cycle: no shutdown runs; it boots again).
 
     \b
     Examples:
       nodeprep lab fault node1 link-down b0
       nodeprep lab fault node1 disk-grow 2G
+      nodeprep lab fault node1 reset
     """
     record = lifecycle.running_state(lab_dir()).node(node)
+    if action == "reset":
+        if target:
+            raise LabUsageError(f"reset takes no NIC or size (got {target!r}); give only NODE.")
+        faults.reset(record)
+        click.echo(f"{node}: reset (it boots again)")
+        return
+    if not target:
+        raise LabUsageError(f"{action} needs a {'SIZE' if action == 'disk-grow' else 'NIC'}.")
     if action == "disk-grow":
         size = faults.grow_disk(record, faults.parse_size(target))
         click.echo(f"{node}: data disk grown to {size} bytes")

@@ -40,6 +40,16 @@ def set_link(node: NodeRecord, nic: str, up: bool) -> None:
         qmp.execute("set_link", {"name": nic, "up": up})
 
 
+def reset(node: NodeRecord) -> None:
+    """Power-cycle the node: a hard reset, as a kernel panic or a power loss would leave it
+    (no shutdown runs, nothing is flushed). The node boots again in the same qemu: its
+    command line says -no-reboot (a guest that reboots by itself is a failure there), so the
+    reset action is switched to "reset" first."""
+    with connect(node.files.qmp) as qmp:
+        qmp.execute("set-action", {"reboot": "reset"})
+        qmp.execute("system_reset")
+
+
 def data_disk_bytes(node: NodeRecord) -> int:
     """The data disk's current virtual size, as qemu sees it."""
     with connect(node.files.qmp) as qmp:

@@ -55,6 +55,14 @@ def _parser() -> argparse.ArgumentParser:
         help="a full checkpoint every M steps, light ones in between (default: every K, all full)",
     )
     add("--keep", type=int, default=3, help="full checkpoints to keep (light: 2)")
+    add(
+        "--checkpoint-copies",
+        choices=["shared", "node"],
+        default="shared",
+        help="shared: rank 0 writes the one copy, on a filesystem every node reads; node: each "
+        "node's local rank 0 keeps its own copy in RUN_DIR (no shared filesystem), and a "
+        "resume loads the newest checkpoint that verifies on every node",
+    )
     add("--model-mb", type=float, default=1.0, help="approximate float32 model size in MiB")
     add("--batch-size", type=int, default=32)
     add("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -90,6 +98,13 @@ def _parser() -> argparse.ArgumentParser:
         help="keep --data's preprocessed shards here and reuse them (entries are checked, "
         "never unpickled; a torn or foreign one is computed again)",
     )
+    add(
+        "--min-step-s",
+        type=float,
+        default=0.0,
+        help="fault drills: each step lasts at least S seconds, so that a short job lives long "
+        "enough to be disturbed (the training state is the same as without it)",
+    )
     add("--log-every", type=int, default=1)
     add("--state-hash-out", type=Path, help="write the final state's sha256 here")
     add("--final-state-out", type=Path, help="torch.save the final state here (for tests)")
@@ -106,6 +121,8 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
         raise SystemExit("--cache keeps --data's preprocessed shards: give --data DIR too")
     if args.drill_nan_at < 0:
         raise SystemExit("--drill-nan-at must be a step (1 or more), or 0 for no drill")
+    if not 0 <= args.min_step_s <= 3600:
+        raise SystemExit("--min-step-s must be between 0 and 3600 seconds")
     if args.full_every < 0 or args.model_mb <= 0:
         raise SystemExit("--full-every must be >= 0 and --model-mb > 0")
     return TrainConfig(
@@ -128,6 +145,8 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
         data=args.data,
         cache=args.cache,
         allow_dataset_change=args.allow_dataset_change,
+        min_step_s=args.min_step_s,
+        checkpoint_copies=args.checkpoint_copies,
     )
 
 
@@ -146,13 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     # cuBLAS is deterministic only with a fixed workspace; it must be set before CUDA starts.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
-    config = _config(args, setup_distributed(args.device))
-    config.run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        trainer = Trainer(config)
-    except DataDirError as exc:
-        print(f"nodeprep.trainer: {exc}", file=sys.stderr)
+    trainer = _trainer(args)
+    if isinstance(trainer, str):
+        print(f"nodeprep.trainer: {trainer}", file=sys.stderr)
         return 2
+    config = trainer.config
     # Before registering: SIGUSR2's default action would kill the trainer the watchdog asks.
     stacks = _install_stack_dumps(config.run_dir)
     registered = _register(config.run_dir)
@@ -189,6 +206,20 @@ def main(argv: list[str] | None = None) -> int:
         # once, on a loaded machine, a finished run's ranks stayed in it after "done" until
         # killed. Everything the run must keep is durable by now; the process is leaving and
         # the kernel closes its sockets.
+
+
+def _trainer(args: argparse.Namespace) -> Trainer | str:
+    """The trainer, or one sentence saying why it cannot start (exit 2)."""
+    try:
+        device = setup_distributed(args.device)
+    except ValueError as exc:  # a wrong NODEPREP_COLLECTIVE_TIMEOUT_S
+        return str(exc)
+    config = _config(args, device)
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return Trainer(config)
+    except DataDirError as exc:
+        return str(exc)
 
 
 def _per_rank(path: Path) -> Path:

@@ -11,6 +11,7 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -53,6 +54,8 @@ class TrainConfig:
     data: Path | None = None  # a staged data set (shards + manifest); None: synthetic data
     cache: Path | None = None  # where --data's preprocessed shards are kept (PreprocessCache)
     allow_dataset_change: bool = False  # resume although the data set's version changed
+    min_step_s: float = 0.0  # drills: each step lasts at least this long (the state is unchanged)
+    checkpoint_copies: str = "shared"  # one copy on a shared filesystem, or one per node
 
     def layer_for(self, step: int) -> str | None:
         """Which checkpoint (if any) is due after ``step`` completes."""
@@ -106,6 +109,7 @@ class Trainer:
             nonfinite=config.nonfinite,
             dataset_version=self.dataset_version,
             allow_dataset_change=config.allow_dataset_change,
+            copies=config.checkpoint_copies,
         )
         self.step = 0
         self.loss: float | None = None
@@ -148,6 +152,7 @@ class Trainer:
         save's failure stops the run (``--stop-on-save-error``) within one step.
         """
         while self.step < self.config.steps:
+            began = time.monotonic()
             loss = self.loss = self._run_batch()
             self.step += 1
             if self.progress is not None:
@@ -156,6 +161,7 @@ class Trainer:
             if self.step % self.config.log_every == 0:
                 self._say(f"step {self.step} loss={loss:.6f} t={time.time():.6f}")
             self.checkpointer.poll()
+            self._pace(began)
             saved, must_exit = self._handle_emergency()
             if must_exit:
                 return True
@@ -164,6 +170,13 @@ class Trainer:
                 with self._blocking():  # the copy to host memory blocks the loop
                     self.checkpointer.save(self.step, layer, loss)
         return False
+
+    def _pace(self, began: float) -> None:
+        """With ``min_step_s``: wait out the rest of the step (before the signal check, so a
+        signal that arrives meanwhile is handled at this step's boundary)."""
+        left = self.config.min_step_s - (time.monotonic() - began)
+        if left > 0:
+            time.sleep(left)
 
     def _stop_if_not_finite(self, loss: float) -> None:
         """With ``stop_on_nonfinite_loss``: stop at the first step any rank's loss is NaN/Inf."""
@@ -258,9 +271,33 @@ def setup_distributed(device: str) -> str:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return device
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    timeout = collective_timeout()
     if device.startswith("cuda"):
         torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl")
+        dist.init_process_group("nccl", timeout=timeout)
         return f"cuda:{local_rank}"
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=timeout)
     return device
+
+
+COLLECTIVE_TIMEOUT_ENV = "NODEPREP_COLLECTIVE_TIMEOUT_S"
+
+
+def collective_timeout() -> timedelta | None:
+    """The collective timeout `nodeprep run` sets (None: PyTorch's default, 10 min for NCCL).
+
+    A hung collective then fails in that time, and torchrun restarts the group from the
+    newest checkpoint instead of every rank waiting out the default.
+    """
+    raw = os.environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 86400:
+        raise ValueError(
+            f"{COLLECTIVE_TIMEOUT_ENV}={raw!r} is not a number of seconds in (0, 86400]"
+        )
+    return timedelta(seconds=seconds)

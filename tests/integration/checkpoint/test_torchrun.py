@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -220,4 +221,62 @@ def test_a_stopped_rank_is_found_hung_dumped_escalated_and_the_job_resumes_bit_e
     text = log.read_text()
     assert re.search(r"emergency checkpoint step=\d+ signal=SIGTERM", text), text[-3000:]
     assert text.count("resumed=True") == 1, text[-3000:]
+    _assert_bit_exact_per_rank(reference, out)
+
+
+def _node_agents(
+    tmp_path: Path, out: Path, env: dict[str, str], log: Path
+) -> list[subprocess.Popen[bytes]]:
+    """Two torchrun agents on this machine as two nodes of one job (one rank each), each
+    with its own run directory: no filesystem is shared between the "nodes"."""
+    torchrun, endpoint = Path(sys.executable).with_name("torchrun"), f"127.0.0.1:{_free_port()}"
+    agents = []
+    for node in (0, 1):
+        args = [
+            str(torchrun), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", "two-nodes", "--local-addr", "127.0.0.1",
+            "-m", "nodeprep.trainer", "--run-dir", str(tmp_path / f"node{node}"),
+            "--steps", str(STEPS), "--seed", str(SEED), "--checkpoint-every", "4",
+            "--full-every", "8", "--device", "cpu", "--final-state-out", str(out),
+            "--checkpoint-copies", "node", *SMALL,
+        ]  # fmt: skip
+        with open(log.with_name(f"{log.name}.node{node}"), "ab") as handle:
+            agents.append(subprocess.Popen(args, env=env, stdout=handle, stderr=subprocess.STDOUT))
+    return agents
+
+
+def _fulls(run_dir: Path) -> list[Path]:
+    return sorted((run_dir / "checkpoints").glob("ckpt-*-full"))
+
+
+@pytest.mark.timeout(600)
+def test_two_nodes_without_a_shared_filesystem_resume_from_a_checkpoint_both_verify(
+    tmp_path: Path, reference: Path
+) -> None:
+    """--checkpoint-copies node: each node's local rank 0 keeps its own copy. The job is
+    killed; one node's newest checkpoint is lost; the restarted job resumes on both nodes
+    from the newest checkpoint both still have, each from its own disk, bit-exact."""
+    env = _env(tmp_path / "registry")
+    out, log = tmp_path / "out.pt", tmp_path / "run.log"
+    agents = _node_agents(tmp_path, out, env, log)
+    try:
+        deadline = time.monotonic() + 240
+        while min(len(_fulls(tmp_path / f"node{n}")) for n in (0, 1)) < 3:
+            assert all(a.poll() is None for a in agents), log.with_name("run.log.node0").read_text()
+            assert time.monotonic() < deadline, "both nodes never kept three full checkpoints"
+            time.sleep(0.05)
+    finally:
+        for agent in agents:
+            _kill_job(agent)
+    node0, node1 = (_fulls(tmp_path / f"node{n}") for n in (0, 1))
+    assert [p.name for p in node0][-3:] == [p.name for p in node1][-3:]  # written on both
+    lost = node1[-1]
+    shutil.rmtree(lost)  # node1's newest save is gone (its disk, or it died first)
+    common = max(set(p.name for p in node0) & set(p.name for p in _fulls(tmp_path / "node1")))
+    agents = _node_agents(tmp_path, out, env, log)
+    for node, agent in enumerate(agents):
+        assert agent.wait(timeout=300) == 0, log.with_name(f"run.log.node{node}").read_text()
+    text = log.with_name("run.log.node0").read_text()
+    resumed = re.findall(r"^start step=(\d+) resumed=True", text, re.M)
+    assert resumed == [str(int(common.split("-")[1]))], (resumed, common, lost.name)
     _assert_bit_exact_per_rank(reference, out)

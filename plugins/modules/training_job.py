@@ -1,0 +1,565 @@
+#!/usr/bin/python
+"""Start, inspect and stop the training job of `nodeprep run` on one node."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils import job
+from ansible_collections.nodeprep.hardening.plugins.module_utils.checkpoint_manifest import (
+    CheckpointInvalidError,
+    parse_name,
+    verify,
+)
+from ansible_collections.nodeprep.hardening.plugins.module_utils.marker import (
+    MARKER_DIR,
+    read_marker,
+)
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
+
+DOCUMENTATION = r"""
+module: training_job
+short_description: Start, inspect or stop a training job in a tmux session, inside an image.
+description:
+  - C(action=check) refuses, changing nothing, what would make a start fail or do harm - a
+    job of the same name whose pane is still running (names the node and the session), an
+    image that is missing or whose sha256 is not the expected one, a run directory whose
+    filesystem has less free space than I(min_free_mb) - with C(nodeprep_refused=true).
+  - C(action=start) writes C(launch.sh) and C(job.json) to I(run_dir) and starts the tmux
+    session I(name) of I(user) running it - C(apptainer exec) of the image (C(--nv) where the
+    node has an NVIDIA device) with torchrun inside (c10d rendezvous, I(nnodes),
+    I(max_restarts), a rendezvous id derived from I(name)), output also appended to
+    C(train.log). With I(boot_unit), a systemd unit starts the session, and starts it again
+    at every boot until C(action=stop).
+  - C(action=status) reports the job's state (running, restarting, finished, failed, stopped
+    or absent), its tmux session, step, log, newest checkpoint and the heartbeat's state,
+    under C(nodeprep_job).
+  - C(action=stop) records the stop, removes the boot unit and sends SIGTERM to torchrun,
+    which passes it to every rank (each saves an emergency checkpoint and exits 143); it
+    waits I(stop_timeout_s) and reports what still runs, never killing it unless I(kill).
+options:
+  action:
+    description: What to do.
+    type: str
+    choices: [check, start, status, stop]
+    required: true
+  name:
+    description: The job name; also the tmux session's name and part of the unit's.
+    type: str
+    required: true
+  user:
+    description: The user the session and the job run as.
+    type: str
+    required: true
+  run_dir:
+    description: The job's directory (logs, checkpoints, job.json).
+    type: path
+    required: true
+  image:
+    description: The image; empty for the one the apptainer role recorded.
+    type: path
+    default: ""
+  image_sha256:
+    description: The image's expected sha256; empty for the one recorded with the image.
+    type: str
+    default: ""
+  exec_options:
+    description: Options of C(apptainer exec); null for the ones the apptainer role recorded.
+    type: list
+    elements: str
+  nv:
+    description: C(--nv) - C(auto) where the node has /dev/nvidia0.
+    type: str
+    choices: [auto, "yes", "no"]
+    default: auto
+  launcher:
+    description: A command that replaces C(apptainer exec IMAGE) (no image is then checked).
+    type: list
+    elements: str
+    default: []
+  binds:
+    description: Paths bound into the image besides I(run_dir).
+    type: list
+    elements: str
+    default: []
+  command:
+    description: torchrun's script and arguments (e.g. C(-m nodeprep.trainer --run-dir ...)).
+    type: list
+    elements: str
+    default: []
+  env:
+    description: The job's environment.
+    type: dict
+    default: {}
+  nnodes:
+    description: torchrun's C(--nnodes), N or MIN:MAX.
+    type: str
+    default: "1"
+  nproc_per_node:
+    description: Processes on each node.
+    type: int
+    default: 1
+  max_restarts:
+    description: torchrun's C(--max-restarts).
+    type: int
+    default: 3
+  rdzv_host:
+    description: The address of the node that hosts the c10d store.
+    type: str
+    default: 127.0.0.1
+  rdzv_port:
+    description: Its port.
+    type: int
+    default: 29400
+  local_addr:
+    description: torchrun's C(--local-addr) - this node's address on the training network
+      (the workers' store is found there when this node is rank 0); empty for its hostname.
+    type: str
+    default: ""
+  shutdown_timeout_s:
+    description: Seconds torchrun lets ranks save after SIGTERM before SIGKILL.
+    type: int
+    default: 120
+  nodes:
+    description: The job's nodes, for job.json.
+    type: list
+    elements: str
+    default: []
+  min_free_mb:
+    description: Refuse to start when the run directory's filesystem has less free space.
+    type: int
+    default: 1024
+  boot_unit:
+    description: Start the session through a systemd unit enabled for boot.
+    type: bool
+    default: true
+  tmux:
+    description: The tmux binary.
+    type: str
+    default: tmux
+  stop_timeout_s:
+    description: Seconds C(stop) waits for the job to end.
+    type: int
+    default: 180
+  kill:
+    description: C(stop) with SIGKILL to every process of the job (the explicit hard stop).
+    type: bool
+    default: false
+  heartbeat_metrics_path:
+    description: The heartbeat's Prometheus textfile, for its state in C(status).
+    type: path
+    default: /var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom
+  image_checked:
+    description: C(start) does not hash the image again (a C(check) of this run just did).
+    type: bool
+    default: false
+  marker_dir:
+    description: Where the roles' markers are (the apptainer role's names the image).
+    type: path
+    default: /etc/nodeprep/roles
+notes:
+  - Runs as root (become); the session runs as I(user).
+author: nodeprep developers
+"""
+
+EXAMPLES = r"""
+- name: Start the job.
+  nodeprep.hardening.training_job:
+    action: start
+    name: pretrain
+    user: train
+    run_dir: /data/nodeprep/jobs/pretrain
+    nnodes: "2"
+    rdzv_host: 10.0.0.11
+    command: [-m, nodeprep.trainer, --run-dir, /data/nodeprep/jobs/pretrain, --steps, "1000"]
+"""
+
+RETURN = r"""
+nodeprep_job:
+  description: What the action found or did on this node (state, session, step, log_age_s,
+    checkpoint, emergency, heartbeat, tail, stopped, still_running, problem).
+  returned: always
+  type: dict
+nodeprep_refused:
+  description: True when C(check) refused to start (the message says why).
+  returned: on refusal
+  type: bool
+"""
+
+SAFE_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\$?$")
+
+
+class Node:
+    """One node's view of the job: paths, the user, and tmux as that user."""
+
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.p = module.params
+        self.name: str = self.p["name"]
+        self.run_dir: str = self.p["run_dir"]
+        self.host = os.uname()[1]
+        try:
+            self.account = pwd.getpwnam(self.p["user"])
+        except KeyError:
+            module.fail_json(
+                msg="user {} does not exist on {}; set job_user to the training user.".format(
+                    self.p["user"], self.host
+                ),
+                nodeprep_refused=True,
+                nodeprep_job={},
+            )
+            raise SystemExit(1) from None
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.run_dir, name)
+
+    def as_user(self, argv: list[str]) -> list[str]:
+        if os.geteuid() == self.account.pw_uid:
+            return argv
+        env = ["HOME=" + self.account.pw_dir, "USER=" + self.account.pw_name]
+        return ["runuser", "-u", self.account.pw_name, "--", "env", *env, *argv]
+
+    def tmux(self, *args: str) -> tuple[int, str, str]:
+        return probe(self.module, self.as_user([self.p["tmux"], *list(args)]))
+
+    def pane(self) -> dict[str, Any] | None:
+        """The session's first pane (pid, dead, exit status), or None without a session."""
+        rc, out, _ = self.tmux(
+            "list-panes", "-t", f"={self.name}:", "-F",
+            "#{pane_pid} #{pane_dead} #{pane_dead_status}",
+        )  # fmt: skip
+        if rc != 0 or not out.strip():
+            return None
+        fields = out.split("\n")[0].split()
+        status = int(fields[2]) if len(fields) > 2 and fields[2].lstrip("-").isdigit() else None
+        return {"pid": int(fields[0]), "dead": fields[1] == "1", "status": status}
+
+
+def image_facts(node: Node) -> dict[str, Any]:
+    """The image, its expected sha256 and exec options (given, else the apptainer marker)."""
+    p = node.p
+    found = read_marker("apptainer", p["marker_dir"])
+    data = found.get("data") or {}
+    image = p["image"] or str(data.get("image_path") or "")
+    expected = p["image_sha256"] or (str(data.get("image_sha256") or "") if not p["image"] else "")
+    options = p["exec_options"]
+    if options is None:
+        options = [str(o) for o in data.get("exec_options") or []]
+    return {"image": image, "sha256": expected, "exec_options": options}
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def refuse(node: Node, msg: str) -> None:
+    node.module.fail_json(msg=msg, nodeprep_refused=True, nodeprep_job={"host": node.host})
+
+
+def check(node: Node) -> dict[str, Any]:
+    """Every refusal, before anything is written: returns the image facts for start."""
+    p = node.p
+    pane = node.pane()
+    if pane is not None and not pane["dead"]:
+        refuse(node, f"job {node.name} is already running on {node.host} (tmux session "
+               f"{node.name} of {p['user']}); stop it with nodeprep stop, or give another "
+               "--name.")  # fmt: skip
+    facts = image_facts(node)
+    image = facts["image"]
+    if not p["launcher"]:
+        if not image:
+            refuse(node, f"no image on {node.host}: apply the apptainer role with "
+                   "apptainer_image_src, or give --image PATH.")  # fmt: skip
+        if not os.path.isfile(image):
+            refuse(node, f"image {image} is missing on {node.host}; give --image the path of "
+                   "the image on the node, or apply the apptainer role.")  # fmt: skip
+        if facts["sha256"] and not p["image_checked"]:
+            actual = sha256_of(image)
+            if actual != facts["sha256"]:
+                refuse(node, f"image {image} on {node.host} has sha256 {actual}, not the "
+                       f"expected {facts['sha256']}; provision the image again or give the "
+                       "right --image-sha256.")  # fmt: skip
+    where = node.run_dir
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    stat = os.statvfs(where)
+    free_mb = stat.f_bavail * stat.f_frsize // (1 << 20)
+    if free_mb < p["min_free_mb"]:
+        refuse(node, f"the run directory {node.run_dir} on {node.host} has {free_mb} MiB free, "
+               f"under the {p['min_free_mb']} MiB minimum; free space there, give another "
+               "--run-dir, or lower job_min_free_mb.")  # fmt: skip
+    return facts
+
+
+def write_file(path: str, text: str, mode: int, uid: int, gid: int) -> None:
+    """Write PATH atomically (a temporary file beside it, fsync, rename)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".nodeprep-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.chown(tmp, uid, gid)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def run_or_fail(node: Node, argv: list[str], what: str) -> str:
+    rc, out, err = probe(node.module, argv)
+    if rc != 0:
+        node.module.fail_json(
+            msg=f"{what} failed on {node.host} (exit {rc}): {(err or out).strip()}",
+            nodeprep_job={"host": node.host},
+        )
+    return out
+
+
+def start(node: Node) -> dict[str, Any]:
+    p = node.p
+    facts = check(node)
+    uid, gid = node.account.pw_uid, node.account.pw_gid
+    os.makedirs(node.run_dir, exist_ok=True)
+    os.chown(node.run_dir, uid, gid)
+    for stale in ("stop.json", "exit.json"):
+        if os.path.exists(node.path(stale)):
+            os.unlink(node.path(stale))
+    pane = node.pane()
+    if pane is not None:  # check() refused a live one: this is a dead pane of an earlier run
+        node.tmux("kill-session", "-t", f"={node.name}")
+    nv = p["nv"] == "yes" or (p["nv"] == "auto" and os.path.exists("/dev/nvidia0"))
+    binds = [node.run_dir, *list(p["binds"])]
+    prefix = job.launcher(facts["image"], facts["exec_options"], nv, binds, p["launcher"] or None)
+    spec = dict(p, env=dict(p["env"]))
+    argv = prefix + job.torchrun_argv(spec)
+    script = node.path("launch.sh")
+    write_file(script, job.launch_script(spec, argv), 0o755, uid, gid)
+    spec["image"] = "" if p["launcher"] else facts["image"]
+    write_file(node.path("job.json"), job.job_record(spec, argv, facts["sha256"], time.time()),
+               0o644, uid, gid)  # fmt: skip
+    start_argv = job.tmux_start_argv(p["tmux"], node.name, script)
+    unit = job.unit_name(node.name)
+    if p["boot_unit"]:
+        unit_path = os.path.join("/etc/systemd/system", unit)
+        write_file(unit_path, job.unit_text(spec, start_argv), 0o644, 0, 0)
+        run_or_fail(node, ["systemctl", "daemon-reload"], "systemctl daemon-reload")
+        run_or_fail(node, ["systemctl", "enable", unit], f"systemctl enable {unit}")
+        # restart: a oneshot unit that stayed active from an earlier run starts again.
+        run_or_fail(node, ["systemctl", "restart", unit], f"systemctl restart {unit}")
+    else:
+        run_or_fail(node, node.as_user(start_argv), f"starting tmux session {node.name}")
+    pane = node.pane()
+    return {"host": node.host, "state": job.RUNNING if pane and not pane["dead"] else job.FAILED,
+            "session": pane is not None, "unit": unit if p["boot_unit"] else "",
+            "command": argv, "run_dir": node.run_dir}  # fmt: skip
+
+
+def newest_checkpoint(run_dir: str, now: float) -> dict[str, Any] | None:
+    root = os.path.join(run_dir, "checkpoints")
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    found = []
+    for name in names:
+        parsed = parse_name(name)
+        if parsed and os.path.isdir(os.path.join(root, name)):
+            found.append((parsed[0], parsed[1] == "full", parsed[1], name))
+    if not found:
+        return None
+    step, _, layer, name = max(found)
+    where = os.path.join(root, name)
+    try:
+        verify(Path(where))
+        problem = ""
+    except CheckpointInvalidError as exc:
+        problem = str(exc)
+    return {"step": step, "layer": layer, "name": name, "age_s": job.age(where, now),
+            "verified": not problem, "problem": problem}  # fmt: skip
+
+
+def heartbeat_state(node: Node) -> str:
+    _rc, out, _ = probe(node.module, ["systemctl", "is-active", "nodeprep-heartbeat"])
+    active = out.strip() or "unknown"
+    if active != "active":
+        return active
+    try:
+        with open(node.p["heartbeat_metrics_path"], encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return "active"
+    found = re.search(r'^nodeprep_heartbeat_node_state\{state="([a-z]+)"\} 1(\.0)?$', text, re.M)
+    return found.group(1) if found else "active"
+
+
+def status(node: Node) -> dict[str, Any]:
+    now = time.time()
+    pane = node.pane()
+    lines = job.log_tail(node.path(job.LOG_NAME), 400)
+    facts, tail = job.log_facts(lines), lines[-job.TAIL_LINES :]
+    exit_record = job.read_json(node.path("exit.json"))
+    stop_record = job.read_json(node.path("stop.json"))
+    known = os.path.exists(node.path("job.json"))
+    state = job.judge_state(
+        pane is not None, bool(pane and pane["dead"]), pane["status"] if pane else None,
+        exit_record, stop_record, facts, known,
+    )  # fmt: skip
+    records = []
+    for line in job.log_tail(node.path("emergency.jsonl"), 1):
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    emergency = records[-1] if records else None
+    return {
+        "host": node.host,
+        "state": state,
+        "session": pane is not None,
+        "pane_dead": bool(pane and pane["dead"]),
+        "exit_code": (pane or {}).get("status") if pane and pane["dead"] else
+        (exit_record or {}).get("exit_code"),
+        "step": facts["step"],
+        "log_age_s": job.age(node.path(job.LOG_NAME), now),
+        "checkpoint": newest_checkpoint(node.run_dir, now) if known else None,
+        "emergency": emergency,
+        "heartbeat": heartbeat_state(node),
+        "boot_unit": os.path.exists(os.path.join("/etc/systemd/system",
+                                                 job.unit_name(node.name))),
+        "tail": tail if state in (job.FAILED, job.RESTARTING) else tail[-3:],
+        "run_dir": node.run_dir,
+    }  # fmt: skip
+
+
+def stop(node: Node) -> dict[str, Any]:
+    p = node.p
+    began = time.time()
+    if os.path.isdir(node.run_dir):
+        record = json.dumps({"time": began, "kill": p["kill"]}) + "\n"
+        write_file(node.path("stop.json"), record, 0o644, node.account.pw_uid,
+                   node.account.pw_gid)  # fmt: skip
+    unit = job.unit_name(node.name)
+    unit_path = os.path.join("/etc/systemd/system", unit)
+    changed = False
+    if os.path.exists(unit_path):
+        probe(node.module, ["systemctl", "disable", unit])
+        os.unlink(unit_path)
+        probe(node.module, ["systemctl", "daemon-reload"])
+        changed = True
+    pane = node.pane()
+    signalled: list[int] = []
+    if pane is not None and not pane["dead"]:
+        below = job.descendants(pane["pid"])
+        targets = [*below, pane["pid"]] if p["kill"] else job.agents(pane["pid"])[:1]
+        if not targets:  # not a torchrun job: its own command gets the SIGTERM
+            targets = [pane["pid"]]
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGKILL if p["kill"] else signal.SIGTERM)
+                signalled.append(pid)
+            except ProcessLookupError:
+                pass
+        changed = True
+    deadline = began + p["stop_timeout_s"]
+    while signalled and time.time() < deadline:
+        pane = node.pane()
+        if pane is None or pane["dead"]:
+            break
+        time.sleep(0.5)
+    result = status(node)
+    pane = node.pane()
+    result.update({
+        "signalled": signalled,
+        "signal": "SIGKILL" if p["kill"] else "SIGTERM",
+        "still_running": bool(pane and not pane["dead"]),
+        "stop_seconds": round(time.time() - began, 1),
+    })  # fmt: skip
+    result["changed"] = changed
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "action": {
+                "type": "str",
+                "required": True,
+                "choices": ["check", "start", "status", "stop"],
+            },
+            "name": {"type": "str", "required": True},
+            "user": {"type": "str", "required": True},
+            "run_dir": {"type": "path", "required": True},
+            "image": {"type": "path", "default": ""},
+            "image_sha256": {"type": "str", "default": ""},
+            "exec_options": {"type": "list", "elements": "str"},
+            "nv": {"type": "str", "default": "auto", "choices": ["auto", "yes", "no"]},
+            "launcher": {"type": "list", "elements": "str", "default": []},
+            "binds": {"type": "list", "elements": "str", "default": []},
+            "command": {"type": "list", "elements": "str", "default": []},
+            "env": {"type": "dict", "default": {}},
+            "nnodes": {"type": "str", "default": "1"},
+            "nproc_per_node": {"type": "int", "default": 1},
+            "max_restarts": {"type": "int", "default": 3},
+            "rdzv_host": {"type": "str", "default": "127.0.0.1"},
+            "rdzv_port": {"type": "int", "default": 29400},
+            "shutdown_timeout_s": {"type": "int", "default": 120},
+            "local_addr": {"type": "str", "default": ""},
+            "nodes": {"type": "list", "elements": "str", "default": []},
+            "min_free_mb": {"type": "int", "default": 1024},
+            "boot_unit": {"type": "bool", "default": True},
+            "tmux": {"type": "str", "default": "tmux"},
+            "stop_timeout_s": {"type": "int", "default": 180},
+            "kill": {"type": "bool", "default": False},
+            "heartbeat_metrics_path": {
+                "type": "path",
+                "default": "/var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom",
+            },
+            "marker_dir": {"type": "path", "default": MARKER_DIR},
+            "image_checked": {"type": "bool", "default": False},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    try:
+        job.check_name(p["name"])
+        job.parse_nnodes(p["nnodes"])
+    except job.JobError as exc:
+        module.fail_json(msg=str(exc), nodeprep_refused=True, nodeprep_job={})
+    if not os.path.isabs(p["run_dir"]):
+        module.fail_json(msg=f"run_dir {p['run_dir']} is not absolute.", nodeprep_refused=True,
+                         nodeprep_job={})  # fmt: skip
+    if shutil.which(p["tmux"]) is None and not os.path.isfile(p["tmux"]):
+        module.fail_json(msg=f"tmux ({p['tmux']}) is not installed on {os.uname()[1]}; apply "
+                         "the tmux role.", nodeprep_refused=True, nodeprep_job={})  # fmt: skip
+    node = Node(module)
+    action = p["action"]
+    if action == "check":
+        check(node)
+        module.exit_json(changed=False, nodeprep_job={"host": node.host, "state": "checked"})
+    elif action == "start":
+        module.exit_json(changed=True, nodeprep_job=start(node))
+    elif action == "status":
+        module.exit_json(changed=False, nodeprep_job=status(node))
+    else:
+        result = stop(node)
+        module.exit_json(changed=result.pop("changed"), nodeprep_job=result)
+
+
+if __name__ == "__main__":
+    main()

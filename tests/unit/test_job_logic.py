@@ -1,0 +1,144 @@
+"""The job's pieces on one node (module_utils/job.py): the launch script bash really runs,
+the unit systemd would read, the state judged from what a node shows, the torchrun agent
+found among real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeprep import job
+
+SPEC: dict[str, Any] = {
+    "name": "pretrain", "user": "train", "run_dir": "/data/jobs/pretrain", "nnodes": "1:2",
+    "nproc_per_node": 8, "max_restarts": 3, "rdzv_host": "10.0.0.11", "rdzv_port": 29400,
+    "shutdown_timeout_s": 120, "command": ["-m", "nodeprep.trainer", "--steps", "10"],
+    "env": {"NCCL_DEBUG": "WARN", "ODD": "a b'c"}, "nodes": ["n1", "n2"], "image": "/i.sif",
+}  # fmt: skip
+
+
+def test_torchrun_has_the_rendezvous_restarts_and_grace() -> None:
+    argv = job.torchrun_argv(SPEC)
+    assert argv[:3] == ["python3", "-m", "torch.distributed.run"]
+    flat = " ".join(argv)
+    assert "--nnodes 1:2 --nproc-per-node 8 --max-restarts 3" in flat
+    assert "--rdzv-backend c10d --rdzv-endpoint 10.0.0.11:29400 --rdzv-id nodeprep-pretrain" in flat
+    assert "--shutdown-timeout 120" in flat
+    assert argv[-4:] == ["-m", "nodeprep.trainer", "--steps", "10"]
+    assert job.endpoint({**SPEC, "rdzv_host": "fd00::1"}) == "[fd00::1]:29400"
+
+
+def test_launcher_is_apptainer_exec_unless_one_is_given() -> None:
+    argv = job.launcher("/i.sif", ["--no-privs"], True, ["/data/jobs/x", "/run/nodeprep"], None)
+    assert argv == ["apptainer", "exec", "--nv", "--no-privs", "--bind", "/data/jobs/x",
+                    "--bind", "/run/nodeprep", "/i.sif"]  # fmt: skip
+    assert job.launcher("/i.sif", [], False, [], ["env"]) == ["env"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [("2", (2, 2)), ("1:4", (1, 4)), (" 3 ", (3, 3))])
+def test_nnodes(value: str, expected: tuple[int, int]) -> None:
+    assert job.parse_nnodes(value) == expected
+
+
+def test_launch_script_runs_tees_and_records_the_exit(tmp_path: Path) -> None:
+    """bash runs the script: the environment arrives quoted, output reaches the log, and
+    exit.json holds the command's own status (not tee's)."""
+    spec = {**SPEC, "run_dir": str(tmp_path)}
+    probe = [sys.executable, "-c",
+             "import os, sys; print('env', os.environ['ODD']); sys.exit(7)"]  # fmt: skip
+    script = tmp_path / "launch.sh"
+    script.write_text(job.launch_script(spec, probe))
+    done = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 7, done.stderr
+    log = (tmp_path / "train.log").read_text()
+    assert "env a b'c" in log
+    assert "nodeprep: job pretrain starting (boot " in log
+    assert "nodeprep: job pretrain exited 7" in log
+    record = json.loads((tmp_path / "exit.json").read_text())
+    assert record["exit_code"] == 7
+    assert abs(record["time"] - time.time()) < 60
+
+
+def test_the_unit_recreates_the_session_and_never_kills_it() -> None:
+    start = job.tmux_start_argv("/usr/bin/tmux", "pretrain", "/data/jobs/pretrain/launch.sh")
+    text = job.unit_text(SPEC, start)
+    assert "User=train\n" in text
+    assert "KillMode=process\n" in text
+    assert "RequiresMountsFor=/data/jobs/pretrain\n" in text
+    assert "ConditionPathExists=!/data/jobs/pretrain/stop.json\n" in text
+    assert ("ExecStart=/usr/bin/tmux new-session -d -s pretrain -x 200 -y 50 "
+            "/data/jobs/pretrain/launch.sh \\; set-option -w -t =pretrain: remain-on-exit "
+            "failed\n") in text  # fmt: skip
+    assert "WantedBy=multi-user.target" in text
+
+
+RUN, NOTHING = {"restarting": False}, {}
+
+
+@pytest.mark.parametrize(
+    ("shown", "state"),
+    [
+        ((True, False, None, None, None, RUN, True), job.RUNNING),
+        ((True, False, None, None, None, {"restarting": True}, True), job.RESTARTING),
+        ((True, True, 1, {"exit_code": 1}, None, NOTHING, True), job.FAILED),
+        ((True, True, None, {"exit_code": 0}, None, NOTHING, True), job.FINISHED),
+        ((False, False, None, {"exit_code": 0}, None, NOTHING, True), job.FINISHED),
+        ((True, True, 3, None, None, NOTHING, True), job.FAILED),  # no exit.json: tmux's status
+        ((True, True, 1, {"exit_code": 1}, {"time": 1}, NOTHING, True), job.STOPPED),
+        ((False, False, None, None, None, NOTHING, True), job.FAILED),  # vanished mid-run
+        ((False, False, None, None, None, NOTHING, False), job.ABSENT),
+    ],
+)
+def test_state(shown: tuple[Any, ...], state: str) -> None:
+    assert job.judge_state(*shown) == state
+
+
+def test_log_facts_and_tail(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    lines = ["start step=0 resumed=False", "step 1 loss=2.0 t=1", "step 2 loss=1.9 t=2",
+             "failed (exitcode: -9) local_rank: 1", "Restarting worker group"]  # fmt: skip
+    log.write_text("\n".join(lines) + "\n")
+    tail = job.log_tail(str(log), 3)
+    assert tail == lines[-3:]
+    assert job.log_facts(job.log_tail(str(log))) == {"step": 2, "done": False, "restarting": True}
+    log.write_text("\n".join([*lines, "start step=2 resumed=True", "done step=9 state_sha256=ab"]))
+    assert job.log_facts(job.log_tail(str(log))) == {"step": 9, "done": True, "restarting": False}
+    assert job.log_tail(str(tmp_path / "none")) == []
+
+
+def test_the_agent_is_found_below_the_pane(tmp_path: Path) -> None:
+    """A real process tree: bash (the pane) -> a python that calls itself torch.distributed.run
+    -> its child. The agent is the one `stop` signals; nothing else is touched."""
+    ready = tmp_path / "ready"
+    agent_code = (
+        "import subprocess, sys, pathlib, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"pathlib.Path({str(ready)!r}).write_text(str(c.pid)); time.sleep(60)"
+    )
+    pane = subprocess.Popen(
+        ["bash", "-c", f'exec {sys.executable} -c "$0" -m torch.distributed.run',
+         agent_code],
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(ready.read_text())
+        assert set(job.descendants(pane.pid)) == {child}
+        assert job.agents(os.getpid()) == [pane.pid]
+        assert job.agents(pane.pid) == []
+    finally:
+        for pid in [*job.descendants(pane.pid), pane.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        pane.wait(timeout=10)
