@@ -268,6 +268,15 @@ def sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
+def squashfuse() -> bool:
+    """Whether Apptainer finds squashfuse here (to mount a SIF for a user other than root)."""
+    bundled = ("/usr/libexec/apptainer/bin", "/usr/local/libexec/apptainer/bin")
+    return any(
+        shutil.which(name) or any(os.access(os.path.join(d, name), os.X_OK) for d in bundled)
+        for name in ("squashfuse_ll", "squashfuse")
+    )
+
+
 def refuse(node: Node, msg: str) -> None:
     node.module.fail_json(msg=msg, nodeprep_refused=True, nodeprep_job={"host": node.host})
 
@@ -295,6 +304,10 @@ def check(node: Node) -> dict[str, Any]:
                 refuse(node, f"image {image} on {node.host} has sha256 {actual}, not the "
                        f"expected {facts['sha256']}; provision the image again or give the "
                        "right --image-sha256.")  # fmt: skip
+    if not p["launcher"] and node.account.pw_uid != 0 and not squashfuse():
+        refuse(node, f"apptainer on {node.host} cannot mount {image} for {p['user']} "
+               "(squashfuse is not installed) and would unpack the whole image at every start; "
+               "install squashfuse on the node, or set job_user to root.")  # fmt: skip
     where = node.run_dir
     while not os.path.exists(where):
         where = os.path.dirname(where)

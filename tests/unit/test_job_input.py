@@ -3,7 +3,6 @@ a node's refusal (nodeprep_refused) is exit 2 as well; good input builds the req
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +50,7 @@ def fleet(tmp_path: Path) -> Path:
 def test_run_refuses_bad_input_before_any_node(
     runs: list[runner.RunRequest], ssh_calls: Path, fleet: Path, args: list[str], expected: str
 ) -> None:
-    began = time.monotonic()
     code, out = invoke("run", str(fleet), *args)
-    assert time.monotonic() - began < 1.0
     assert code == 2, out
     assert expected in out, out
     assert "Traceback" not in out

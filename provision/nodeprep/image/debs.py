@@ -15,6 +15,10 @@ from nodeprep.image.errors import ImageError
 
 log = logging.getLogger(__name__)
 APPTAINER_PACKAGE = "apptainer"
+# What an offline node also gets with it: squashfuse lets users other than root run a SIF
+# image (mounted with FUSE); without it Apptainer unpacks the whole image into a temporary
+# directory at every start (a lab node's root filesystem ran out of space doing so).
+NODE_EXTRA_PACKAGES = ("squashfuse",)
 # Where the package lives, and the release whose libraries satisfy its dependencies.
 PACKAGE_SUITE = "sid"
 BASE_SUITE = "trixie"
@@ -65,6 +69,6 @@ def fetch_debs(mirror: str, dest: Path, node_status: Path | None = None) -> list
             # Default-Release: dependencies come from trixie, only apptainer from sid.
             options.append(f"-oAPT::Default-Release={BASE_SUITE}")
             _apt([*options, f"-oDir::Cache::Archives={dest}", "install", "--download-only", "-y",
-                  "--no-install-recommends", f"{APPTAINER_PACKAGE}/{PACKAGE_SUITE}"],
-                 timeout_s=600, cwd=dest)  # fmt: skip
+                  "--no-install-recommends", f"{APPTAINER_PACKAGE}/{PACKAGE_SUITE}",
+                  *NODE_EXTRA_PACKAGES], timeout_s=600, cwd=dest)  # fmt: skip
     return sorted(dest.glob("*.deb"))

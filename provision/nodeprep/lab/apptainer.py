@@ -1,7 +1,8 @@
 """Apptainer for lab nodes: the extra vars that let `nodeprep provision` apply the apptainer
 role to a running lab, which has no package repositories and no internet.
 
-Debian 13 has no apptainer package, so sid's .deb and the packages a lab node lacks for it are
+Debian 13 has no apptainer package, so sid's .deb (with squashfuse, so that the login user's
+jobs mount the image instead of unpacking it) and the packages a lab node lacks for them are
 fetched once into the cache (from the Debian mirror, against the node's own dpkg status) and
 sent by the controller (`src` entries), each with its sha256, as the role checks them.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from nodeprep.debmirror import debian_mirror
 from nodeprep.image import runtime
-from nodeprep.image.debs import fetch_debs
+from nodeprep.image.debs import APPTAINER_PACKAGE, NODE_EXTRA_PACKAGES, fetch_debs
 from nodeprep.image.definition import file_sha256
 from nodeprep.image.errors import ImageError
 from nodeprep.lab.errors import LabError, LabInputError
@@ -31,10 +32,11 @@ CONF_SETTINGS = {"root default capabilities": "no"}
 def guest_debs(dpkg_status: str) -> list[Path]:
     """sid's apptainer and the packages a guest with DPKG_STATUS lacks for it, cached per
     guest state (every lab node of one image has the same)."""
-    key = hashlib.sha256(dpkg_status.encode()).hexdigest()[:16]
+    wanted = " ".join([APPTAINER_PACKAGE, *NODE_EXTRA_PACKAGES])
+    key = hashlib.sha256(f"{wanted}\0{dpkg_status}".encode()).hexdigest()[:16]
     dest = runtime.cache_dir() / f"guest-debs-{key}"
     found = sorted(dest.glob("*.deb"))
-    if any(p.name.startswith("apptainer_") for p in found):
+    if all(any(p.name.startswith(f"{name}_") for p in found) for name in wanted.split()):
         return found
     status = dest.with_suffix(".status")
     dest.parent.mkdir(parents=True, exist_ok=True)
