@@ -1,20 +1,23 @@
 """`nodeprep run / status / stop` on the quick start's node, after its chain (tmux, the image,
-the heartbeat all in place): the job as the seeds start it, and what it must survive.
+the heartbeat all in place): the job as the seeds start it, and what only a real node shows.
 
 One story on one node (a two-node job needs the nodes on one segment; see the job role's
 README): the reference trainer under torchrun, inside the image, in a tmux session of the
-login user; the user's sessions are ended (SSH dropped, logged out) and the job goes on;
-its rank is SIGKILLed and torchrun restarts it; the node is power-cycled and the job comes
-back at boot; `stop` has it save and exit; `run` again finishes it, and the final state
-hash equals an uninterrupted job's of the same world size, run on the same node.
+login user, started by the job's systemd unit; the user's sessions are ended (SSH dropped,
+logged out) and the job goes on; the node is power-cycled and the unit brings the job back
+at boot, resuming from its checkpoint; `stop` has it save and exit and removes the unit.
 
-Each step of the trainer is paced (--min-step-s) so that the job outlives the faults; the
-pacing does not change the training state (tests/unit/checkpoint/test_trainer_data_flags.py).
+A rank SIGKILLed and restarted by torchrun, the refusals, and the bit-exact finish after a
+stop are the integration tier's job story (tests/integration/job/test_job_local.py, two
+ranks on this machine): each costs a torch start-up of some 40 s on this emulated node.
+Each step here is paced (--min-step-s) so that the job outlives the faults; the pacing does
+not change the training state (tests/unit/checkpoint/test_trainer_data_flags.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -27,10 +30,10 @@ from lab_helpers import LabNode
 from nodeprep.lab.recipe import GUEST_USER
 from nodeprep.lab.ssh import run_ssh, wait_for_ssh
 
+KEEP = os.environ.get("NODEPREP_TEST_KEEP", "")
 STEPS = 400
 PACE_S = 0.3
 RUN_DIR = "/data/nodeprep/jobs/lab"
-HASH = re.compile(r"^done step=(\d+) state_sha256=([0-9a-f]{64})$", re.M)
 TRAINER = {"job_trainer_steps": STEPS, "job_trainer_checkpoint_every": 5,
            "job_trainer_model_mb": 0.25, "job_trainer_seed": 3, "job_min_free_mb": 256,
            "ansible_timeout": 120}  # fmt: skip
@@ -48,7 +51,11 @@ def job_cli(
         capture_output=True, text=True, env=env, timeout=900, check=False,
     )  # fmt: skip
     output = done.stdout + done.stderr
-    print(f"$ nodeprep {command} --name {name} {' '.join(args)}\n{output}")
+    said = f"$ nodeprep {command} --name {name} {' '.join(args)}\n{output}"
+    print(said)
+    if KEEP:  # NODEPREP_TEST_KEEP=DIR: the transcript and figures kept for the README and notes
+        with (Path(KEEP) / "job-transcript.txt").open("a") as handle:
+            handle.write(said + "\n")
     return done.returncode, output
 
 
@@ -128,16 +135,18 @@ class Story:
         return status(self.inventory, self.node.env, self.tmp_path, name)
 
 
-def the_job_survives_logout_kill_and_reset(
+def the_job_survives_logout_and_a_power_cycle(
     node: LabNode, inventory: Path, tmp_path: Path
 ) -> dict[str, float]:
     story = Story(node, inventory, tmp_path)
     started(story)
-    outlives_logout_and_a_killed_rank(story)
+    outlives_logout(story)
     comes_back_after_a_power_cycle(story)
-    saved = stop_saves_and_removes_the_unit(story)
-    finishes_bit_exact(story, saved)
-    print("job figures:", json.dumps({k: round(v, 1) for k, v in story.figures.items()}))
+    stop_saves_and_removes_the_unit(story)
+    figures = json.dumps({k: round(v, 1) for k, v in story.figures.items()})
+    print("job figures:", figures)
+    if KEEP:
+        (Path(KEEP) / "job-figures.json").write_text(figures + "\n")
     return story.figures
 
 
@@ -160,21 +169,12 @@ def started(story: Story) -> None:
     assert seen["heartbeat"] in ("healthy", "suspect"), seen  # the daemon runs and reports
 
 
-def outlives_logout_and_a_killed_rank(story: Story) -> None:
+def outlives_logout(story: Story) -> None:
+    """The user's sessions end (SSH dropped, logged out): the job goes on."""
     node = story.node
-    # The user's sessions end (SSH dropped, logged out): the job goes on.
     run_ssh(node.target, f"sudo loginctl terminate-user {GUEST_USER}", timeout_s=30)
     before = steps_logged(node)
     wait_log(node, r"^step \d+ ", count=before + 5)
-    # SIGKILL the rank: torchrun starts the group again, which resumes from a checkpoint.
-    (rank,) = trainer_pids(node)
-    node.sh(f"sudo kill -9 {rank}")
-    killed = time.monotonic()
-    resumed, text = wait_resumed(node, 1)
-    story.figures["sigkill_to_next_step_s"] = time.monotonic() - killed
-    assert "failed (exitcode: -9)" in text
-    lost = last_step(text.split("failed (exitcode: -9)")[0]) - resumed
-    story.figures["sigkill_steps_lost"] = lost
 
 
 def comes_back_after_a_power_cycle(story: Story) -> None:
@@ -187,13 +187,10 @@ def comes_back_after_a_power_cycle(story: Story) -> None:
     cut = time.monotonic()
     wait_for_ssh(node.target, 300)
     assert node.sh("cat /proc/sys/kernel/random/boot_id").strip() != boot
-    resumed, _ = wait_resumed(node, 2)
+    resumed, _ = wait_resumed(node, 1)
     story.figures["reset_to_next_step_s"] = time.monotonic() - cut
     story.figures["reset_steps_lost"] = max(0, last - resumed)
-    code, seen = story.status()
-    assert code == 0, seen
-    assert seen["state"] == "running", seen
-    assert seen["boot_unit"] is True, seen
+    assert node.sh("systemctl is-enabled nodeprep-job-lab.service").strip() == "enabled"
 
 
 def stop_saves_and_removes_the_unit(story: Story) -> int:
@@ -215,22 +212,3 @@ def stop_saves_and_removes_the_unit(story: Story) -> int:
     assert node.sh("systemctl list-unit-files 'nodeprep-job-*' --no-legend | wc -l").strip() == "0"
     step: int = saves[-1]["step"]
     return step
-
-
-def finishes_bit_exact(story: Story, saved: int) -> None:
-    """run again, unpaced: it finishes from the emergency save. Beside it, the uninterrupted
-    job (same world size, same node) on its own rendezvous port."""
-    code, out = story.cli("run", "lab", TRAINER)
-    assert code == 0, out
-    code, out = story.cli("run", "ref", {**TRAINER, "job_rdzv_port": 29401})
-    assert code == 0, out
-    text = wait_log(story.node, HASH.pattern)
-    assert f"start step={saved} resumed=True" in text
-    reference = wait_log(story.node, HASH.pattern, run_dir="/data/nodeprep/jobs/ref")
-    final, expected = HASH.search(text), HASH.search(reference)
-    assert final is not None
-    assert expected is not None
-    assert final.groups() == expected.groups(), (final.group(0), expected.group(0))
-    code, seen = story.status()
-    assert code == 0
-    assert seen["state"] == "finished", seen

@@ -181,17 +181,17 @@ def run(
     code = _report_failures(console, result)
     started_on = [found for found in result.jobs if found.get("command")]
     for found in started_on:
-        if found.get("command"):
-            console.print(
-                f"  {found['host']}: job {name} {found.get('state')} in tmux session {name}"
-                f" (log {found.get('run_dir')}/train.log"
-                f"{', started again at boot by ' + found['unit'] if found.get('unit') else ''})",
-                markup=False,
-            )
+        boot = f", started again at boot by {found['unit']}" if found.get("unit") else ""
+        console.print(
+            f"  {found['host']}: job {name} {found.get('state')} in tmux session {name} "
+            f"(log {found.get('run_dir')}/train.log{boot})",
+            markup=False,
+        )
     if code == EXIT_OK:
         console.print(f"nodeprep run: job {name} started on {len(started_on)} node(s) in "
-                      f"{time.monotonic() - started:.1f} s; see it with nodeprep status "
-                      f"{inventory} --name {name}", markup=False)  # fmt: skip
+                      f"{time.monotonic() - started:.1f} s; watch it with `nodeprep status "
+                      f"{inventory} --name {name}`, or on a node with `tmux attach -t {name}` "
+                      "as the job's user", markup=False)  # fmt: skip
     raise SystemExit(code)
 
 
