@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from job_story import the_job_survives_logout_and_a_power_cycle
 from lab_helpers import LabNode
 from nic_bond_helpers import (
     ADDRESS,
@@ -167,9 +166,6 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert code == 1, output
     assert "nothing was copied" in output, output
     assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
-
-    # The job on the hardened node: nodeprep run / status / stop (tests/lab/job_story.py).
-    the_job_survives_logout_and_a_power_cycle(lab_node, inventory, tmp_path)
 
 
 def a_changed_byte_fails_the_full_data_set_check(
