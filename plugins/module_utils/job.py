@@ -101,6 +101,7 @@ def endpoint(spec: dict[str, Any]) -> str:
 
 def torchrun_argv(spec: dict[str, Any]) -> list[str]:
     """torchrun with the job's rendezvous, restarts and shutdown grace, then the command."""
+    is_host = rdzv_is_host(spec)
     return [
         "python3", "-m", TORCHRUN_MODULE,
         "--nnodes", str(spec["nnodes"]),
@@ -111,8 +112,18 @@ def torchrun_argv(spec: dict[str, Any]) -> list[str]:
         "--rdzv-id", rdzv_id(spec["name"]),
         "--shutdown-timeout", str(int(spec["shutdown_timeout_s"])),
         *(["--local-addr", spec["local_addr"]] if spec.get("local_addr") else []),
+        *(["--rdzv-conf", f"is_host={str(is_host).lower()}"] if is_host is not None else []),
         *spec["command"],
     ]  # fmt: skip
+
+
+def rdzv_is_host(spec: dict[str, Any]) -> bool | None:
+    """Whether this node's torchrun hosts the c10d store: it does when its own address is the
+    endpoint. torchrun's own guess compares the endpoint with the addresses its hostname
+    resolves to, which on many nodes (and the lab's) is 127.0.1.1: nobody would host it.
+    None (torchrun guesses) when the node's address is not known."""
+    local = str(spec.get("local_addr") or "")
+    return str(spec["rdzv_host"]).strip("[]") == local.strip("[]") if local else None
 
 
 def launch_script(spec: dict[str, Any], argv: list[str]) -> str:

@@ -126,6 +126,9 @@ options:
   local_addr:
     description: torchrun's C(--local-addr) - this node's address on the training network
       (the workers' store is found there when this node is rank 0); empty for its hostname.
+      When it equals O(rdzv_host) this node hosts the c10d store (C(--rdzv-conf is_host));
+      C(GLOO_SOCKET_IFNAME) and C(NCCL_SOCKET_IFNAME) default to the interface holding it,
+      and a node where no interface holds it is refused.
     type: str
     default: ""
   shutdown_timeout_s:
@@ -324,6 +327,9 @@ def check(node: Node) -> dict[str, Any]:
         refuse(node, f"apptainer on {node.host} cannot mount {image} for {p['user']} "
                "(squashfuse is not installed) and would unpack the whole image at every start; "
                "install squashfuse on the node, or set job_user to root.")  # fmt: skip
+    if p["local_addr"] and not interface_of(node, p["local_addr"]):
+        refuse(node, f"job_address {p['local_addr']} is not an address of {node.host}; set "
+               "job_address to its address on the network between the nodes.")  # fmt: skip
     where = node.run_dir
     while not os.path.exists(where):
         where = os.path.dirname(where)
@@ -334,6 +340,13 @@ def check(node: Node) -> dict[str, Any]:
                f"under the {p['min_free_mb']} MiB minimum; free space there, give another "
                "--run-dir, or lower job_min_free_mb.")  # fmt: skip
     return facts
+
+
+def interface_of(node: Node, address: str) -> str:
+    """The interface that holds ADDRESS on this node ('lo' for loopback), or ''."""
+    rc, out, _ = probe(node.module, ["ip", "-o", "addr", "show", "to", address])
+    fields = out.split() if rc == 0 else []
+    return fields[1] if len(fields) > 1 else ""
 
 
 def write_file(path: str, text: str, mode: int, uid: int, gid: int) -> None:
@@ -379,6 +392,10 @@ def start(node: Node) -> dict[str, Any]:
     binds = [node.run_dir, *list(p["binds"])]
     prefix = job.launcher(facts["image"], facts["exec_options"], nv, binds, p["launcher"] or None)
     spec = dict(p, env=dict(p["env"]))
+    if p["local_addr"]:  # gloo and NCCL's sockets on the network the rendezvous uses
+        ifname = interface_of(node, p["local_addr"])
+        spec["env"].setdefault("GLOO_SOCKET_IFNAME", ifname)
+        spec["env"].setdefault("NCCL_SOCKET_IFNAME", ifname)
     argv = prefix + job.torchrun_argv(spec)
     script = node.path("launch.sh")
     write_file(script, job.launch_script(spec, argv), 0o755, uid, gid)

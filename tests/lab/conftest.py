@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from lab_helpers import LabNode
 
+from image_testbed import TORCH_IMAGE, apptainer, build_image, torch_wheelhouse
 from nodeprep.lab import lifecycle
 from nodeprep.lab.accel import choose_accel
 from nodeprep.lab.image import Image, ensure_image
@@ -21,7 +22,7 @@ from nodeprep.lab.node import Machine
 from nodeprep.lab.paths import cache_dir
 from nodeprep.lab.recipe import Recipe
 from nodeprep.lab.savedstate import ensure_saved_state
-from nodeprep.lab.state import load_state
+from nodeprep.lab.state import LabState, load_state
 
 pytestmark = pytest.mark.lab
 
@@ -70,3 +71,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/lab/" in str(item.path):
             item.add_marker(pytest.mark.lab)
+
+
+@pytest.fixture(scope="session")
+def torch_image() -> Path:
+    """build-image as the quick start runs it; the image tier's build makes this a skip."""
+    wheelhouse, requirement = torch_wheelhouse()
+    done = build_image(apptainer(), TORCH_IMAGE, "--wheelhouse", str(wheelhouse), torch=requirement)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout.strip())
+    return TORCH_IMAGE
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, lab_cache: Path, saved_state_ready: str) -> Iterator[LabState]:
+    """Two nodes, their bond segments wired together (node.Link), ended even on failure."""
+    lab_dir = tmp_path / "lab"
+    os.environ["NODEPREP_LAB_DIR"] = str(lab_dir)
+    try:
+        yield lifecycle.up(lifecycle.UpRequest(nodes=2), lab_dir, lab_cache)
+    finally:
+        recorded = load_state(lab_dir)
+        lifecycle.down(lab_dir)
+        for node in recorded.nodes if recorded else []:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(node.pid, os.WNOHANG)
+        os.environ.pop("NODEPREP_LAB_DIR", None)

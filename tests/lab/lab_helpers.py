@@ -35,3 +35,21 @@ class LabNode:
         return subprocess.run(
             command, capture_output=True, text=True, env=self.env, timeout=300, check=False
         )
+
+
+def node_sh(state: LabState, name: str, command: str) -> str:
+    """COMMAND on node NAME of a running lab; its output, or an assertion naming the failure."""
+    node = next(n for n in state.nodes if n.name == name)
+    done = run_ssh(SshTarget(node.ssh_port, Path(state.key)), command, timeout_s=120)
+    assert done.returncode == 0, f"{name}: {command!r} failed: {done.stderr}"
+    return done.stdout
+
+
+def lab_cli(*argv: str) -> None:
+    """`nodeprep lab ARGV...` in this process (the lab named by NODEPREP_LAB_DIR)."""
+    from click.testing import CliRunner
+
+    from nodeprep.cli import cli
+
+    done = CliRunner().invoke(cli, ["lab", *argv])
+    assert done.exit_code == 0, done.output

@@ -1,5 +1,7 @@
 """A small fleet on lab VMs: the rolling provision stops at a failing canary, then rolls;
-verify then proves both nodes, and names exactly what was broken on one of them.
+verify then proves both nodes, and names exactly what was broken on one of them. Repaired,
+the fleet gets the bond on both nodes, on the lab's wired segments: the network a two-node
+job uses (its whole story is tests/lab/test_job_two_nodes.py, outside `make test`).
 
 Two nodes fit next to the rest of the suite on 2 cores; each is a separate VM with its own
 kernel and data disk, so "untouched" is checked on the node itself (its partition table).
@@ -7,17 +9,16 @@ kernel and data disk, so "untouched" is checked on the node itself (its partitio
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from lab_helpers import lab_cli as lab
+from lab_helpers import node_sh as sh
 from verify_helpers import (
     BROKEN,
     SKIPPED,
@@ -30,11 +31,9 @@ from verify_helpers import (
 )
 
 from nodeprep.cli import cli
-from nodeprep.lab import lifecycle
-from nodeprep.lab.ssh import SshTarget, run_ssh
-from nodeprep.lab.state import LabState, load_state
+from nodeprep.lab.state import LabState
 
-# Two VMs, two provision runs and two verify runs.
+# Two VMs, three provision runs and two verify runs.
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
 NODES = ("node1", "node2")
@@ -43,33 +42,6 @@ PASSED = {"preflight.os", "heartbeat.service", "heartbeat.probes", "volume_grow.
           "disk.writable", "checkpoint.newest",
           "tmux.version", "tmux.config", "tmux.linger", "tmux.logout_survival",
           "dataset.sample"}  # fmt: skip
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, lab_cache: Path, saved_state_ready: str) -> Iterator[LabState]:
-    lab_dir = tmp_path / "lab"
-    os.environ["NODEPREP_LAB_DIR"] = str(lab_dir)
-    try:
-        yield lifecycle.up(lifecycle.UpRequest(nodes=len(NODES)), lab_dir, lab_cache)
-    finally:
-        recorded = load_state(lab_dir)
-        lifecycle.down(lab_dir)
-        for node in recorded.nodes if recorded else []:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(node.pid, os.WNOHANG)
-        os.environ.pop("NODEPREP_LAB_DIR", None)
-
-
-def sh(state: LabState, name: str, command: str) -> str:
-    node = next(n for n in state.nodes if n.name == name)
-    done = run_ssh(SshTarget(node.ssh_port, Path(state.key)), command, timeout_s=120)
-    assert done.returncode == 0, f"{name}: {command!r} failed: {done.stderr}"
-    return done.stdout
-
-
-def lab(*argv: str) -> None:
-    done = CliRunner().invoke(cli, ["lab", *argv])
-    assert done.exit_code == 0, done.output
 
 
 def provision(tmp_path: Path, inventory: Path, *args: str) -> tuple[int, str, dict[str, Any]]:
@@ -144,6 +116,31 @@ def test_canary_failure_stops_rollout_then_fleet_rolls_and_verify_names_the_brok
     )
     assert "a resume falls back to ckpt-0000000008-full (step 8)" in output
     assert "nodeprep-heartbeat.service is inactive" in output
+
+    bond_network_spans_both_nodes(fleet, tmp_path, inventory)
+
+
+def bond_network_spans_both_nodes(fleet: LabState, tmp_path: Path, inventory: Path) -> None:
+    """node1 repaired, then the bond on both nodes: their segments are wired together, so
+    each reaches the other through its bond (ping and a TCP connection, which a slirp on the
+    segment used to reset), and the segment peer answers the bond's probe on both."""
+    sh(fleet, "node1", "sudo rm -f /data/fill /data/fill2 && "
+       "sudo systemctl start nodeprep-heartbeat.service")  # fmt: skip
+    code, output, _ = provision(tmp_path, inventory, "--tags", "nic_bond")
+    assert code == 0, output
+    listen = ("setsid -f python3 -c \"import socket; "
+              "s = socket.create_server(('10.77.0.15', 29411)); s.settimeout(120); "
+              "c, a = s.accept(); c.sendall(a[0].encode())\" >/dev/null 2>&1; sleep 2")  # fmt: skip
+    sh(fleet, "node1", listen)
+    seen = sh(
+        fleet,
+        "node2",
+        'python3 -c "import socket; '
+        "print(socket.create_connection(('10.77.0.15', 29411), 10).recv(64).decode())\"",
+    )
+    assert seen.strip() == "10.77.0.16", seen
+    for name, other in (("node1", "10.77.0.16"), ("node2", "10.77.0.15")):
+        sh(fleet, name, f"ping -c 2 -W 5 -I bond0 {other} && ping -c 2 -W 5 -I bond0 10.77.0.2")
 
 
 def _vars(tmp_path: Path, volumes: str) -> Path:

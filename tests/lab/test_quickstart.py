@@ -50,7 +50,6 @@ from nic_bond_helpers import (
 )
 from verify_helpers import SLOW_NODE_VARS, failures, run_verify, statuses
 
-from image_testbed import TORCH_IMAGE, apptainer, build_image, torch_wheelhouse
 from nodeprep.lab.apptainer import IMAGE_DEST
 from nodeprep.lab.inventory import SAMPLE_DEST, SMOKE_CHECKPOINTS
 
@@ -67,16 +66,6 @@ PASSED = {"preflight.os", "preflight.disk", "heartbeat.service", "heartbeat.watc
           "nic_bond.active_member", "nic_bond.peer", "volume_grow.size", "disk.size",
           "disk.free", "disk.writable", "checkpoint.newest", "apptainer.present",
           "apptainer.image_hash", "apptainer.runs", "smoke.drill", "dataset.sample"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def torch_image() -> Path:
-    """build-image as the quick start runs it; the image tier's build makes this a skip."""
-    wheelhouse, requirement = torch_wheelhouse()
-    done = build_image(apptainer(), TORCH_IMAGE, "--wheelhouse", str(wheelhouse), torch=requirement)
-    assert done.returncode == 0, done.stdout + done.stderr
-    print(done.stdout.strip())
-    return TORCH_IMAGE
 
 
 def provision(

@@ -34,6 +34,15 @@ def test_torchrun_has_the_rendezvous_restarts_and_grace() -> None:
     assert "--shutdown-timeout 120" in flat
     assert argv[-4:] == ["-m", "nodeprep.trainer", "--steps", "10"]
     assert job.endpoint({**SPEC, "rdzv_host": "fd00::1"}) == "[fd00::1]:29400"
+    assert "--rdzv-conf" not in argv  # the node's address unknown: torchrun guesses
+
+
+def test_the_node_whose_address_is_the_endpoint_hosts_the_store() -> None:
+    first = job.torchrun_argv({**SPEC, "local_addr": "10.0.0.11"})
+    other = job.torchrun_argv({**SPEC, "local_addr": "10.0.0.12"})
+    assert " ".join(first).count("--local-addr 10.0.0.11 --rdzv-conf is_host=true") == 1
+    assert "--rdzv-conf is_host=false" in " ".join(other)
+    assert job.rdzv_is_host({**SPEC, "rdzv_host": "[fd00::1]", "local_addr": "fd00::1"})
 
 
 def test_launcher_is_apptainer_exec_unless_one_is_given() -> None:

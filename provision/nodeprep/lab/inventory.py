@@ -17,8 +17,17 @@ GROUP = "lab"
 GUEST_BOND_NICS = ("ens4", "ens5")
 GUEST_DATA_DISK = "/dev/vdb"
 GUEST_DATA_MOUNT = "/data"
-# The bond's address on its segment (each node's segment is its own, inside its qemu).
-BOND_ADDRESS = "10.77.0.15/24"
+# The bond's address on the lab's segments: node1 10.77.0.15/24, node2 .16, and so on (the
+# nodes' segments are wired together, see node.Link).
+BOND_HOST_BASE = 14
+BOND_PREFIX = "10.77.0"
+
+
+def bond_address(index: int) -> str:
+    """The bond's address of node INDEX (from 1), without its prefix length."""
+    return f"{BOND_PREFIX}.{BOND_HOST_BASE + index}"
+
+
 # The smoke drill keeps its checkpoints on the data disk; checkpoint.newest verifies them.
 SMOKE_CHECKPOINTS = f"{GUEST_DATA_MOUNT}/nodeprep-smoke/checkpoints"
 # The heartbeat's writable probe on the data disk (the role creates it for the daemon).
@@ -48,7 +57,7 @@ def node_roles_vars() -> dict[str, object]:
     """
     return {
         "nic_bond_members": list(GUEST_BOND_NICS),
-        "nic_bond_ipv4_address": BOND_ADDRESS,
+        "nic_bond_ipv4_address": f"{bond_address(1)}/24",
         "nic_bond_probe_target": BOND_PEER,
         "volume_grow_volumes": [{"device": GUEST_DATA_DISK}],
         "heartbeat_probes": [
@@ -105,7 +114,7 @@ def render_ini(state: LabState) -> str:
     roles = {key: json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
              for key, value in variables.items()}  # fmt: skip
     lines = [f"[{GROUP}]"]
-    for node in state.nodes:
+    for index, node in enumerate(state.nodes, start=1):
         host_vars = {
             "ansible_host": "127.0.0.1",
             "ansible_port": str(node.ssh_port),
@@ -118,6 +127,9 @@ def render_ini(state: LabState) -> str:
             # The login user's tmux sessions survive logout (the tmux role's linger step).
             "tmux_users": json.dumps([GUEST_USER]),
             **roles,
+            # Per node: the bond's address, which a job's rendezvous and ranks use.
+            "nic_bond_ipv4_address": f"{bond_address(index)}/24",
+            "job_address": bond_address(index),
         }
         rendered = " ".join(f"{key}={_ini_value(value)}" for key, value in host_vars.items())
         lines.append(f"{node.name} {rendered}")

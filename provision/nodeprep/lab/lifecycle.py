@@ -6,9 +6,15 @@ it started, so no run leaves a VM behind.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,10 +25,12 @@ from nodeprep.lab.errors import LabError, LabInputError
 from nodeprep.lab.image import Image, ensure_image
 from nodeprep.lab.inventory import render_ini
 from nodeprep.lab.node import (
+    BOND_NICS,
     Machine,
     NodeFiles,
     stop_qemu,
 )
+from nodeprep.lab.peer import PROGRAM as PEER_PROGRAM
 from nodeprep.lab.proc import run_quiet
 from nodeprep.lab.recipe import GUEST_USER, Recipe
 from nodeprep.lab.savedstate import SavedState, boot_fresh, ensure_saved_state, restore_node
@@ -62,6 +70,71 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def free_udp_ports(count: int) -> list[int]:
+    """COUNT distinct UDP ports on 127.0.0.1 that are free right now."""
+    probes = []
+    try:
+        for _ in range(count):
+            probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def wire_nodes(records: list[NodeRecord]) -> list[tuple[int, int]]:
+    """Wire each node's bond segments to the next node's (a chain: no loops, every node
+    reaches every other), one UDP port pair per segment and neighbour, and node1's to the
+    segment peer (peer.py), which takes slirp's place as the gateway. Returns the peer's
+    (local, remote) port pairs; none for a single node, which keeps its slirp."""
+    if len(records) < 2:
+        return []
+    pairs = list(itertools.pairwise(records))
+    ports = iter(free_udp_ports(2 * len(BOND_NICS) * (len(pairs) + 1)))
+    for left, right in pairs:
+        for nic in BOND_NICS:
+            a, b = next(ports), next(ports)
+            left.links.append([nic, a, b])
+            right.links.append([nic, b, a])
+    peer: list[tuple[int, int]] = []
+    for nic in BOND_NICS:
+        a, b = next(ports), next(ports)
+        records[0].links.append([nic, a, b])
+        peer.append((b, a))
+    for record in records:
+        record.gateway = False
+    return peer
+
+
+def start_peer(lab: Path, pairs: list[tuple[int, int]]) -> int:
+    """Start the segment peer in its own session; return its PID."""
+    argv = [sys.executable, "-m", PEER_PROGRAM, *(f"{a}:{b}" for a, b in pairs)]
+    with (lab / "peer.log").open("ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True, close_fds=True)  # fmt: skip
+    return proc.pid
+
+
+def stop_peer(pid: int) -> bool:
+    """End the segment peer by PID, once its command line says it is one."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    if PEER_PROGRAM.encode() not in cmdline:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.02)
+    return True
+
+
 def lab_key(lab: Path) -> Path:
     """This lab's own SSH key, created on first use."""
     key = lab / "id_ed25519"
@@ -87,8 +160,13 @@ def up(request: UpRequest, lab: Path, cache: Path) -> LabState:
     save_state(lab, state)
     try:
         saved = None if request.fresh else ensure_saved_state(image, machine, cache, free_port())
-        for index in range(1, request.nodes + 1):
-            record = NodeRecord(f"node{index}", free_port(), str(lab / f"node{index}"))
+        records = [NodeRecord(f"node{index}", free_port(), str(lab / f"node{index}"))
+                   for index in range(1, request.nodes + 1)]  # fmt: skip
+        peer = wire_nodes(records)
+        if peer:
+            state.peer_pid = start_peer(lab, peer)
+            save_state(lab, state)
+        for record in records:
             state.nodes.append(record)
             _start_node(image, machine, saved, record, lambda: save_state(lab, state))
             _personalise(record, image, key)
@@ -112,10 +190,13 @@ def _start_node(
 
     files = record.files
     if saved is None:
-        _, seconds = boot_fresh(image, machine, files, record.ssh_port, on_start=on_start)
+        _, seconds = boot_fresh(image, machine, files, record.ssh_port, on_start=on_start,
+                                links=record.wires, gateway=record.gateway)  # fmt: skip
         log.info("%s booted to SSH in %.1f s", record.name, seconds)
     else:
-        _, seconds = restore_node(image, machine, saved, files, record.ssh_port, on_start=on_start)
+        _, seconds = restore_node(image, machine, saved, files, record.ssh_port,
+                                  on_start=on_start, links=record.wires,
+                                  gateway=record.gateway)  # fmt: skip
         log.info("%s restored to SSH in %.1f s", record.name, seconds)
 
 
@@ -141,6 +222,8 @@ def down(lab: Path) -> list[int]:
     for record in state.nodes if state else []:
         if record.pid and stop_qemu(record.pid, NodeFiles(Path(record.directory))):
             ended.append(record.pid)
+    if state is not None and state.peer_pid and stop_peer(state.peer_pid):
+        ended.append(state.peer_pid)
     shutil.rmtree(lab, ignore_errors=True)
     return ended
 

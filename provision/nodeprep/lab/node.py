@@ -29,6 +29,22 @@ BOND_PEER = "10.77.0.2"
 
 
 @dataclass(frozen=True)
+class Link:
+    """One end of a wire between two nodes' segments of one bond NIC: UDP on 127.0.0.1.
+
+    With links, the NIC's netdev is a qemu hub joining its wires, so the nodes of a lab
+    share the bond's segments (a two-node job's ranks reach each other). Nodes are wired in a
+    chain, so there is no loop, and node1 also to the segment peer (peer.py), which answers
+    for the gateway in slirp's place. The hub and wires are back ends, not devices: a saved
+    state restores under them unchanged.
+    """
+
+    nic: str
+    local_port: int
+    remote_port: int
+
+
+@dataclass(frozen=True)
 class Machine:
     """The virtual hardware; part of the saved-state key, since a restore must match it."""
 
@@ -78,9 +94,10 @@ def make_overlay(backing: Path, overlay: Path) -> None:
 
 def qemu_argv(
     files: NodeFiles, machine: Machine, kernel: Path, initrd: Path, ssh_port: int, *,
-    incoming: Path | None = None,
+    incoming: Path | None = None, links: tuple[Link, ...] = (), gateway: bool = True,
 ) -> list[str]:  # fmt: skip
-    """The full qemu command line for a node; identical apart from ports for save and restore."""
+    """The full qemu command line for a node; identical apart from ports (and the wires
+    between nodes, which are back ends) for save and restore."""
     accel = ["-accel", "kvm", "-cpu", "host"]
     if machine.accel == "tcg":
         accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
@@ -96,8 +113,8 @@ def qemu_argv(
         "-device", f"virtio-net-pci,netdev=mgmt,id=nic-mgmt,mac={MGMT_MAC},addr=0x3,romfile=",
     ]  # fmt: skip
     for slot, (nic, mac) in enumerate(zip(BOND_NICS, BOND_MACS, strict=True), start=4):
+        argv += _segment(nic, slot - 4, [link for link in links if link.nic == nic], gateway)
         argv += [
-            "-netdev", f"user,id={nic},net={BOND_SUBNET},restrict=on",
             "-device",
             f"virtio-net-pci,netdev={nic},id=nic-{nic},mac={mac},addr={slot:#x},romfile=",
         ]  # fmt: skip
@@ -110,6 +127,29 @@ def qemu_argv(
     if incoming is not None:
         argv += ["-incoming", f"exec:cat {incoming}"]
     return argv
+
+
+def _segment(nic: str, hub: int, links: list[Link], gateway: bool) -> list[str]:
+    """The netdevs behind one bond NIC: its slirp alone, or a hub of the wires and (with
+    GATEWAY) the slirp."""
+    if not links:  # unchanged from before the wires: the saved state's key stays
+        return ["-netdev", f"user,id={nic},net={BOND_SUBNET},restrict=on"]
+    argv: list[str] = []
+    if gateway:
+        argv += [
+            "-netdev", f"user,id={nic}-slirp,net={BOND_SUBNET},restrict=on",
+            "-netdev", f"hubport,id={nic}-hub-slirp,hubid={hub},netdev={nic}-slirp",
+        ]  # fmt: skip
+    for index, link in enumerate(links):
+        wire = f"{nic}-wire{index}"
+        argv += [
+            "-netdev",
+            f"dgram,id={wire},local.type=inet,local.host=127.0.0.1,"
+            f"local.port={link.local_port},remote.type=inet,remote.host=127.0.0.1,"
+            f"remote.port={link.remote_port}",
+            "-netdev", f"hubport,id={nic}-hub-wire{index},hubid={hub},netdev={wire}",
+        ]  # fmt: skip
+    return [*argv, "-netdev", f"hubport,id={nic},hubid={hub}"]
 
 
 def start_qemu(argv: list[str], files: NodeFiles) -> int:

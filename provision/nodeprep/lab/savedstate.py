@@ -20,6 +20,7 @@ from pathlib import Path
 from nodeprep.lab.errors import LabError
 from nodeprep.lab.image import Image
 from nodeprep.lab.node import (
+    Link,
     Machine,
     NodeFiles,
     console_tail,
@@ -92,14 +93,17 @@ def _await_ssh(pid: int, files: NodeFiles, target: SshTarget, what: str) -> None
 
 def boot_fresh(
     image: Image, machine: Machine, files: NodeFiles, port: int, *,
-    on_start: Callable[[int], None] = _no_record,
+    on_start: Callable[[int], None] = _no_record, links: tuple[Link, ...] = (),
+    gateway: bool = True,
 ) -> tuple[int, float]:  # fmt: skip
     """Boot a node from the image itself; return its PID and the seconds to SSH."""
     files.directory.mkdir(parents=True, exist_ok=True)
     make_overlay(image.root, files.root)
     make_overlay(image.data, files.data)
     started = time.monotonic()
-    pid = start_qemu(qemu_argv(files, machine, image.kernel, image.initrd, port), files)
+    argv = qemu_argv(files, machine, image.kernel, image.initrd, port, links=links,
+                     gateway=gateway)  # fmt: skip
+    pid = start_qemu(argv, files)
     on_start(pid)
     _await_ssh(pid, files, SshTarget(port, image.bootstrap_key), "booting to SSH")
     return pid, time.monotonic() - started
@@ -107,14 +111,16 @@ def boot_fresh(
 
 def restore_node(
     image: Image, machine: Machine, saved: SavedState, files: NodeFiles, port: int, *,
-    on_start: Callable[[int], None] = _no_record,
+    on_start: Callable[[int], None] = _no_record, links: tuple[Link, ...] = (),
+    gateway: bool = True,
 ) -> tuple[int, float]:  # fmt: skip
     """Start a node from the saved state; return its PID and the seconds to SSH."""
     files.directory.mkdir(parents=True, exist_ok=True)
     make_overlay(saved.root, files.root)
     make_overlay(saved.data, files.data)
     started = time.monotonic()
-    argv = qemu_argv(files, machine, image.kernel, image.initrd, port, incoming=saved.vmstate)
+    argv = qemu_argv(files, machine, image.kernel, image.initrd, port, incoming=saved.vmstate,
+                     links=links, gateway=gateway)  # fmt: skip
     pid = start_qemu(argv, files)
     on_start(pid)
     try:

@@ -12,23 +12,31 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nodeprep.lab.errors import LabError, LabInputError
-from nodeprep.lab.node import NodeFiles
+from nodeprep.lab.node import Link, NodeFiles
 
 STATE_FILE = "lab.json"
 
 
 @dataclass
 class NodeRecord:
-    """One node: name, forwarded SSH port, qemu PID (0 before it starts) and directory."""
+    """One node: name, forwarded SSH port, qemu PID (0 before it starts), directory, the
+    wires of its bond segments to its neighbours ([nic, local UDP port, remote UDP port]) and
+    whether the segments' gateway (slirp) lives in its qemu."""
 
     name: str
     ssh_port: int
     directory: str
     pid: int = 0
+    links: list[list[str | int]] = field(default_factory=list)
+    gateway: bool = True
 
     @property
     def files(self) -> NodeFiles:
         return NodeFiles(Path(self.directory))
+
+    @property
+    def wires(self) -> tuple[Link, ...]:
+        return tuple(Link(str(nic), int(local), int(remote)) for nic, local, remote in self.links)
 
 
 @dataclass
@@ -40,6 +48,7 @@ class LabState:
     accel: str
     key: str
     nodes: list[NodeRecord] = field(default_factory=list)
+    peer_pid: int = 0  # the segment peer of a wired lab (peer.py); 0 for none
 
     def node(self, name: str) -> NodeRecord:
         for record in self.nodes:

@@ -189,7 +189,8 @@ def a_killed_rank_is_restarted(local: Local) -> tuple[float, float]:
 
 
 def refusals_start_nothing(local: Local) -> None:
-    """While j runs: j again, too little free space, a missing image; nothing starts."""
+    """While j runs: j again, too little free space, a missing image, an address not the
+    node's; nothing starts."""
     before = ranks("/jobs/j")
     code, out = local.cli("run", "--name", "j", *command(local, "j"))
     assert code == 2, out
@@ -202,6 +203,11 @@ def refusals_start_nothing(local: Local) -> None:
                           "--image", "/nonexistent/trainer.sif")  # fmt: skip
     assert code == 2, out
     assert "image /nonexistent/trainer.sif is missing on" in out, out
+    # An address no interface of the node holds (TEST-NET-1: nothing is sent to it).
+    code, out = local.cli("run", "--name", "other", "-e", "job_local_addr=192.0.2.7",
+                          *command(local, "other"))  # fmt: skip
+    assert code == 2, out
+    assert "job_address 192.0.2.7 is not an address of" in out, out
     assert not (local.root / "jobs" / "other" / "launch.sh").exists()
     assert ranks("/jobs/j") == before
 

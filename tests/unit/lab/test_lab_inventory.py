@@ -50,6 +50,9 @@ def test_ansible_reads_it(tmp_path: Path) -> None:
     assert node2["ansible_ssh_private_key_file"] == str(tmp_path / "key dir" / "id_ed25519")
     assert node2["nodeprep_lab_bond_nics"] == ["ens4", "ens5"]
     assert node2["tmux_users"] == ["nodeprep"]
+    # Each node's own bond address on the wired segments, which a job's ranks use.
+    assert hostvars["node1"]["nic_bond_ipv4_address"] == "10.77.0.15/24"
+    assert (node2["nic_bond_ipv4_address"], node2["job_address"]) == ("10.77.0.16/24", "10.77.0.16")
     assert "UserKnownHostsFile=/dev/null" in node2["ansible_ssh_common_args"]
 
 

@@ -1,0 +1,50 @@
+"""The two-node job story on the lab (tests/lab/job_two_nodes.py), on two fresh nodes: tmux,
+the bond on both (their segments wired together) and apptainer with the trainer image, then
+run / status / logout / SIGKILL / a power cycle of node2 / stop / the bit-exact finish.
+
+Marked ``lab_long``: on 2 cores under TCG it takes about half an hour (every torch start on
+the emulated nodes takes minutes), more than the CI budget leaves, so `make test` leaves it
+out and `make test-lab-long` runs it. NODEPREP_TEST_KEEP=DIR keeps its transcript and
+figures.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import job_two_nodes
+import pytest
+from lab_helpers import lab_cli as lab
+from lab_helpers import node_sh as sh
+
+from nodeprep.lab.state import LabState
+
+pytestmark = [pytest.mark.lab, pytest.mark.lab_long, pytest.mark.timeout(3600)]
+KEEP = os.environ.get("NODEPREP_TEST_KEEP", "")
+
+
+def test_two_node_job_survives_logout_sigkill_and_a_power_cycle_and_ends_bit_exact(
+    fleet: LabState, tmp_path: Path, torch_image: Path
+) -> None:
+    inventory = tmp_path / "fleet.ini"
+    lab("inventory", "--output", str(inventory))
+    image_vars = tmp_path / "apptainer.json"
+    lab("apptainer-vars", str(torch_image), "--output", str(image_vars))
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("nodeprep")), "provision", str(inventory), "--fast",
+         "--tags", "tmux,nic_bond,apptainer", "-e", f"@{image_vars}"],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    keep = Path(KEEP) if KEEP else None
+    story = job_two_nodes.Story(functools.partial(sh, fleet), lab, inventory, dict(os.environ),
+                                tmp_path, keep / "job-two-nodes.txt" if keep else None)  # fmt: skip
+    figures = job_two_nodes.story(story)
+    print("two-node job figures:", json.dumps(figures, sort_keys=True))
+    if keep:
+        (keep / "job-two-nodes.json").write_text(json.dumps(figures, indent=1) + "\n")
