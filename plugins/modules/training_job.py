@@ -301,7 +301,8 @@ def refuse(node: Node, msg: str) -> None:
 
 
 def check(node: Node) -> dict[str, Any]:
-    """Every refusal, before anything is written: returns the image facts for start."""
+    """Every refusal, before anything is written: returns the image facts (and the interface
+    that holds local_addr) for start."""
     p = node.p
     pane = node.pane()
     if pane is not None and not pane["dead"]:
@@ -327,7 +328,8 @@ def check(node: Node) -> dict[str, Any]:
         refuse(node, f"apptainer on {node.host} cannot mount {image} for {p['user']} "
                "(squashfuse is not installed) and would unpack the whole image at every start; "
                "install squashfuse on the node, or set job_user to root.")  # fmt: skip
-    if p["local_addr"] and not interface_of(node, p["local_addr"]):
+    facts["ifname"] = interface_of(node, p["local_addr"]) if p["local_addr"] else ""
+    if p["local_addr"] and not facts["ifname"]:
         refuse(node, f"job_address {p['local_addr']} is not an address of {node.host}; set "
                "job_address to its address on the network between the nodes.")  # fmt: skip
     where = node.run_dir
@@ -392,10 +394,9 @@ def start(node: Node) -> dict[str, Any]:
     binds = [node.run_dir, *list(p["binds"])]
     prefix = job.launcher(facts["image"], facts["exec_options"], nv, binds, p["launcher"] or None)
     spec = dict(p, env=dict(p["env"]))
-    if p["local_addr"]:  # gloo and NCCL's sockets on the network the rendezvous uses
-        ifname = interface_of(node, p["local_addr"])
-        spec["env"].setdefault("GLOO_SOCKET_IFNAME", ifname)
-        spec["env"].setdefault("NCCL_SOCKET_IFNAME", ifname)
+    if facts["ifname"]:  # gloo and NCCL's sockets on the network the rendezvous uses
+        spec["env"].setdefault("GLOO_SOCKET_IFNAME", facts["ifname"])
+        spec["env"].setdefault("NCCL_SOCKET_IFNAME", facts["ifname"])
     argv = prefix + job.torchrun_argv(spec)
     script = node.path("launch.sh")
     write_file(script, job.launch_script(spec, argv), 0o755, uid, gid)
