@@ -8,6 +8,7 @@ import re
 import time
 from typing import Any
 
+from ansible_collections.nodeprep.hardening.plugins.module_utils.cloud_metadata import A_VM
 from ansible_collections.nodeprep.hardening.plugins.module_utils.probe import probe
 from ansible_collections.nodeprep.hardening.plugins.module_utils.status import begin
 
@@ -22,7 +23,8 @@ description:
     C(heartbeat.service) (the unit is active), C(heartbeat.watchdog) (C(WatchdogSec) as
     provisioned, a keep-alive within it, no automatic restart), C(heartbeat.metrics) (the
     textfile was rewritten within three metrics intervals, at least 30 s) and
-    C(heartbeat.probes) (no probe in the failed state).
+    C(heartbeat.probes) (no probe in the failed state and, on a cloud VM, its metadata
+    service and notices watched; the detail lists the probes and why each was chosen).
   - Reads only; never changes the node.
 options:
   expect:
@@ -30,7 +32,9 @@ options:
       - What to judge against - the role's marker data - C(service) (the systemd unit),
         C(metrics_path) (the textfile the daemon rewrites), C(metrics_interval_s),
         C(watchdog_sec) (the C(WatchdogSec) the role set, in seconds) and C(probes) (the
-        configured probes' names). Without it, the module reads the heartbeat role's
+        configured probes' names); optionally what the role recorded of its probe plan -
+        C(probe_types), C(probe_source), C(cloud), C(cloud_evidence), C(probe_reasons),
+        C(unwatched) and C(missing). Without it, the module reads the heartbeat role's
         marker from I(marker_dir).
     type: dict
 extends_documentation_fragment:
@@ -82,6 +86,9 @@ checks:
 NAMES = ["service", "watchdog", "metrics", "probes"]
 # The settings the role records in its marker, each needed to judge.
 SETTINGS = ("service", "metrics_path", "metrics_interval_s", "watchdog_sec", "probes")
+# What the role recorded of the probe plan (markers written before it lack these).
+PLAN = ("probe_types", "probe_source", "cloud", "cloud_evidence", "probe_reasons", "unwatched",
+        "missing")  # fmt: skip
 PROPERTIES = (
     "ActiveState",
     "SubState",
@@ -133,6 +140,34 @@ def failed_probes(metrics: str) -> list[str]:
     return names
 
 
+def unwatched_cloud(params: dict[str, Any]) -> list[str]:
+    """What a cloud VM must be watched for and is not: the plan's own findings (a metadata
+    service that did not answer), or a user's probe list without a metadata probe."""
+    missing = list(params.get("missing") or [])
+    cloud = params.get("cloud") or "none"
+    types = (params.get("probe_types") or {}).values()
+    if cloud != "none" and not missing and not {"imds", "spot_notice"} & set(types):
+        missing.append(
+            f"this is {A_VM.get(cloud, cloud)} ({params.get('cloud_evidence', '')}) and "
+            "no imds or spot_notice probe in heartbeat_probes watches its metadata service and "
+            "its notices; add them, or leave heartbeat_probes unset to have them composed"
+        )
+    return missing
+
+
+def chosen(params: dict[str, Any]) -> str:
+    """The configured probes, with why each was chosen when the role composed them."""
+    names = list(params["probes"])
+    if params.get("probe_source") != "composed":
+        return ", ".join(names) or "no probes"
+    reasons = params.get("probe_reasons") or {}
+    said = f"{len(names)} composed probes: " + "; ".join(
+        f"{name} ({reasons[name]})" if name in reasons else name for name in names
+    )
+    unwatched = params.get("unwatched") or []
+    return said + (f"; not watched: {'; '.join(unwatched)}" if unwatched else "")
+
+
 def judge(
     params: dict[str, Any],
     unit: dict[str, str],
@@ -170,12 +205,15 @@ def judge(
             "" if metrics_ok else "; the watchdog is not writing metrics: check the service"
         )
     failing = failed_probes(metrics)
-    if failing:
+    missing = unwatched_cloud(params)
+    if missing:
+        probes = "; ".join(missing)
+    elif failing:
         probes = f"failing probe(s): {', '.join(failing)}; see journalctl -u {service}"
     elif not metrics:
         probes = "no metrics to read the probes from"
     else:
-        probes = f"no failing probe among {', '.join(params['probes']) or 'no probes'}"
+        probes = f"no failing probe among {chosen(params)}"
     restarted = (
         "" if restarts == 0
         else f": the daemon missed keep-alives or crashed; see journalctl -u {service}"
@@ -194,7 +232,11 @@ def judge(
             f"keep-alive {ping_age:.1f} s ago, {restarts} automatic restart(s){restarted}",
         },
         {"check": "heartbeat.metrics", "passed": metrics_ok, "detail": f"{path} {said}"},
-        {"check": "heartbeat.probes", "passed": bool(metrics) and not failing, "detail": probes},
+        {
+            "check": "heartbeat.probes",
+            "passed": bool(metrics) and not failing and not missing,
+            "detail": probes,
+        },
     ]
 
 
@@ -210,7 +252,7 @@ def main() -> None:
                   for n in NAMES]  # fmt: skip
         module.exit_json(changed=False, started=started, checks=checks)
         return
-    params = {key: expect[key] for key in SETTINGS}
+    params = {key: expect[key] for key in SETTINGS + PLAN if key in expect}
     args = ["systemctl", "show", params["service"]] + [f"--property={p}" for p in PROPERTIES]
     rc, out, err = probe(module, args)
     if rc != 0:

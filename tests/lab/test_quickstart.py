@@ -2,9 +2,9 @@
 lab up -> disk-grow -> build-image -> `lab apptainer-vars` -> provision -> verify, with only
 what the lab inventory says of the node. Every role is applied (tmux, the bond over both bond
 NICs, volume_grow filling out the grown data disk, the heartbeat watching the bond's peer and
-the data disk, the sample data set staged from the controller, apptainer) and every check
-passes but the GPU's, which skip with "no NVIDIA GPU" (a byte then changed in a staged shard
-fails the full data set check, naming the shard);
+the data disk with the probes it composed itself, the sample data set staged from the
+controller, apptainer) and every check passes but the GPU's, which skip with "no NVIDIA GPU"
+(a byte then changed in a staged shard fails the full data set check, naming the shard);
 the smoke drill SIGKILLs the trainer inside the image on the node, it resumes bit-exact, and
 checkpoint.newest verifies the checkpoints the drill kept. Around it, what the apptainer role
 must refuse: a package or an image whose sha256 is not the one given is not sent, and nothing
@@ -240,6 +240,12 @@ def verify_passes_all_but_the_gpu_checks(inventory: Path, tmp_path: Path) -> Non
     assert "inside image " + IMAGE_DEST in details["smoke.drill"], details
     assert "matches bit for bit" in details["smoke.drill"], details
     assert SMOKE_CHECKPOINTS in details["checkpoint.newest"], details
-    assert "bond-peer" in details["heartbeat.probes"], details
+    # The heartbeat composed its probes from what the inventory and the node say.
+    probes = details["heartbeat.probes"]
+    assert "4 composed probes: bond-peer (the bond's peer (nic_bond_probe_target))" in probes
+    assert "data-space (free space on /data, which holds /data, " in probes
+    assert (
+        "not watched: cloud metadata and notices: not a cloud VM (DMI sys_vendor 'QEMU'" in probes
+    )
     assert "/data/datasets/sample: 2 files, 2.0 MiB" in details["dataset.sample"], details
     assert "PASSED" in output

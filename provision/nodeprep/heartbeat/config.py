@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from nodeprep import contract
+from nodeprep.heartbeat import cloud_metadata
 
 PROBE_TYPES = (
     "http", "imds", "spot_notice", "tcp", "icmp", "writable", "free_space", "gpu", "progress",
 )  # fmt: skip
-DEFAULT_METADATA_URL = "http://169.254.169.254"
+DEFAULT_METADATA_URL = cloud_metadata.DEFAULT_URL
 # Signals a hang may escalate through (each after hang.grace_s if the trainer still lives).
 HANG_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
 
@@ -41,6 +42,7 @@ class ProbeConfig:
     port: int = 0
     path: str = ""
     token_ttl: int = 21600
+    provider: str = "aws"  # imds, spot_notice: whose metadata service (cloud_metadata)
     max_temp_c: float = 85.0
     max_memory_ratio: float = 0.99
     min_utilization_ratio: float | None = None
@@ -188,9 +190,19 @@ def _metadata_fields(sec: _Section) -> dict[str, Any]:
     url = sec.get("url", str, DEFAULT_METADATA_URL)
     if not url.startswith("http://"):
         raise ConfigError(f"{sec.key('url')}: the metadata service is plain http://, got {url!r}.")
-    fields: dict[str, Any] = {"url": url.rstrip("/"), "token_ttl": sec.count("token_ttl", 21600)}
+    provider = sec.get("provider", str, "aws")
+    if provider not in cloud_metadata.PROVIDERS:
+        raise ConfigError(
+            f"{sec.key('provider')}: unknown provider {provider!r}; use one of "
+            f"{', '.join(cloud_metadata.PROVIDERS)}."
+        )
+    fields: dict[str, Any] = {"url": url.rstrip("/"), "provider": provider,
+                              "token_ttl": sec.count("token_ttl", 21600)}  # fmt: skip
     if sec.data.get("type") == "imds":
-        fields["path"] = sec.get("path", str, "/latest/meta-data/")
+        path = sec.get("path", str, cloud_metadata.DEFAULT_PATHS[provider])
+        if not path.startswith("/"):
+            raise ConfigError(f"{sec.key('path')}: needs a path that starts with /, got {path!r}.")
+        fields["path"] = path
     return fields
 
 

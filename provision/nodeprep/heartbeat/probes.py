@@ -8,20 +8,14 @@ its timeout (a hung NFS write, a stalled resolver) still cannot stall the loop.
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nodeprep.heartbeat import cloud_metadata
 from nodeprep.heartbeat.config import ProbeConfig
-
-TOKEN_HEADER = "X-aws-ec2-metadata-token"
-TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass(frozen=True)
@@ -42,27 +36,7 @@ def _timed(start: float, ok: bool, evidence: str, **kw: bool) -> Outcome:
     return Outcome(ok=ok, evidence=evidence, latency_s=time.monotonic() - start, **kw)
 
 
-def _request(
-    url: str, timeout: float, method: str = "GET", headers: dict[str, str] | None = None
-) -> tuple[int, bytes]:
-    """One HTTP exchange; non-2xx statuses are returned, not raised."""
-    req = urllib.request.Request(url, method=method, headers=headers or {})
-    try:
-        with _NO_PROXY.open(req, timeout=timeout) as resp:
-            return int(resp.status), resp.read(65536)
-    except urllib.error.HTTPError as err:
-        body = err.read(65536) if err.fp else b""
-        return int(err.code), body
-
-
-def _describe(err: BaseException) -> str:
-    if isinstance(err, urllib.error.URLError) and isinstance(err.reason, BaseException):
-        err = err.reason
-    if isinstance(err, TimeoutError | socket.timeout):
-        return "timed out"
-    if isinstance(err, ConnectionRefusedError):
-        return "connection refused"
-    return f"{type(err).__name__}: {err}"
+_describe = cloud_metadata.describe
 
 
 def http_attempt(cfg: ProbeConfig) -> Attempt:
@@ -71,7 +45,7 @@ def http_attempt(cfg: ProbeConfig) -> Attempt:
     def attempt() -> Outcome:
         start = time.monotonic()
         try:
-            status, _ = _request(cfg.url, cfg.timeout)
+            status, _, _ = cloud_metadata.request(cfg.url, cfg.timeout)
         except (OSError, http.client.HTTPException) as err:
             return _timed(start, False, f"GET {cfg.url}: {_describe(err)}")
         ok = status in cfg.expect_status
@@ -80,106 +54,36 @@ def http_attempt(cfg: ProbeConfig) -> Attempt:
     return attempt
 
 
-class MetadataClient:
-    """IMDSv2: PUT for a session token, then GET with it; the token is reused until near expiry."""
-
-    def __init__(self, base_url: str, token_ttl: int) -> None:
-        self.base_url = base_url
-        self.token_ttl = token_ttl
-        self._token: str | None = None
-        self._token_expires = 0.0
-
-    def _fetch_token(self, timeout: float) -> str:
-        status, body = _request(
-            f"{self.base_url}/latest/api/token",
-            timeout,
-            method="PUT",
-            headers={TOKEN_TTL_HEADER: str(self.token_ttl)},
-        )
-        if status != 200 or not body:
-            raise ConnectionError(f"token PUT answered HTTP {status}")
-        self._token = body.decode("ascii", "replace").strip()
-        self._token_expires = time.monotonic() + self.token_ttl * 0.9
-        return self._token
-
-    def get(self, path: str, timeout: float) -> tuple[int, bytes]:
-        """GET ``path`` with a valid token; one token refresh on HTTP 401."""
-        deadline = time.monotonic() + timeout
-        token = self._token
-        if token is None or time.monotonic() >= self._token_expires:
-            token = self._fetch_token(timeout)
-        left = max(0.01, deadline - time.monotonic())
-        status, body = _request(f"{self.base_url}{path}", left, headers={TOKEN_HEADER: token})
-        if status == 401:
-            self._token = None
-            token = self._fetch_token(max(0.01, deadline - time.monotonic()))
-            left = max(0.01, deadline - time.monotonic())
-            status, body = _request(f"{self.base_url}{path}", left, headers={TOKEN_HEADER: token})
-        return status, body
+def _metadata(cfg: ProbeConfig) -> cloud_metadata.Metadata:
+    return cloud_metadata.client(cfg.provider, cfg.url, cfg.token_ttl)
 
 
 def imds_attempt(cfg: ProbeConfig) -> Attempt:
-    """The metadata service answers a tokened GET with 200."""
-    client = MetadataClient(cfg.url, cfg.token_ttl)
+    """The provider's metadata service answers a GET of the probe's path with 200."""
+    service = _metadata(cfg)
+    path = cfg.path or service.default_path
 
     def attempt() -> Outcome:
         start = time.monotonic()
         try:
-            status, _ = client.get(cfg.path, cfg.timeout)
+            status, _ = service.get(path, cfg.timeout)
         except (OSError, http.client.HTTPException) as err:
-            return _timed(start, False, f"metadata {cfg.path}: {_describe(err)}")
-        return _timed(start, status == 200, f"metadata {cfg.path}: HTTP {status}")
+            return _timed(start, False, f"metadata {path}: {_describe(err)}")
+        return _timed(start, status == 200, f"metadata {path}: HTTP {status}")
 
     return attempt
 
 
-SPOT_PATH = "/latest/meta-data/spot/instance-action"
-EVENTS_PATH = "/latest/meta-data/events/maintenance/scheduled"
-_DONE_EVENT_STATES = {"completed", "canceled", "cancelled"}
-
-
-def _pending_events(body: bytes) -> list[str]:
-    try:
-        events = json.loads(body or b"[]")
-    except ValueError:
-        return ["unparseable scheduled-events answer"]
-    if not isinstance(events, list):
-        return [str(events)]
-    return [
-        f"{e.get('Code', '?')} at {e.get('NotBefore', '?')}"
-        for e in events
-        if isinstance(e, dict) and str(e.get("State", "")).lower() not in _DONE_EVENT_STATES
-    ]
-
-
-def _spot_check(client: MetadataClient, timeout: float) -> tuple[str, bool, bool]:
-    """(evidence, ok, notice) from the instance-action and scheduled-events documents."""
-    start = time.monotonic()
-    status, body = client.get(SPOT_PATH, timeout)
-    if status == 200:
-        text = body.decode("utf-8", "replace").strip()
-        return f"spot instance-action notice: {text}", False, True
-    if status != 404:
-        return f"metadata {SPOT_PATH}: HTTP {status}", False, False
-    status, body = client.get(EVENTS_PATH, max(0.01, timeout - (time.monotonic() - start)))
-    if status not in (200, 404):
-        return f"metadata {EVENTS_PATH}: HTTP {status}", False, False
-    pending = _pending_events(body) if status == 200 else []
-    if pending:
-        return f"scheduled event notice: {'; '.join(pending)}", False, True
-    return "no spot or maintenance notice", True, False
-
-
 def spot_attempt(cfg: ProbeConfig) -> Attempt:
-    """A spot interruption or scheduled maintenance notice is an immediate trigger."""
-    client = MetadataClient(cfg.url, cfg.token_ttl)
+    """A spot interruption, preemption or scheduled maintenance notice: an immediate trigger."""
+    service = _metadata(cfg)
 
     def attempt() -> Outcome:
         start = time.monotonic()
         try:
-            evidence, ok, notice = _spot_check(client, cfg.timeout)
+            evidence, ok, notice = service.notices(cfg.timeout)
         except (OSError, http.client.HTTPException) as err:
-            return _timed(start, False, f"metadata spot/events: {_describe(err)}")
+            return _timed(start, False, f"metadata notices: {_describe(err)}")
         return _timed(start, ok, evidence, notice=notice)
 
     return attempt

@@ -30,8 +30,6 @@ def bond_address(index: int) -> str:
 
 # The smoke drill keeps its checkpoints on the data disk; checkpoint.newest verifies them.
 SMOKE_CHECKPOINTS = f"{GUEST_DATA_MOUNT}/nodeprep-smoke/checkpoints"
-# The heartbeat's writable probe on the data disk (the role creates it for the daemon).
-HEARTBEAT_DIR = f"{GUEST_DATA_MOUNT}/nodeprep-heartbeat"
 SSH_COMMON_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
 # A small data set the dataset role stages onto the data disk from the controller (the lab
 # has no data server): deterministic bytes, so every lab's copy has the same sha256.
@@ -50,34 +48,16 @@ def node_roles_vars() -> dict[str, object]:
 
     The bond over both bond NICs, verified by a ping to the segment's peer; the data disk as
     a volume for volume_grow's guest step (a disk grown with `lab fault NODE disk-grow` is
-    filled out); the heartbeat watching the bond's peer and the data disk (writes, free space
-    and its fill rate); the node checks and the smoke drill's checkpoints on the data disk.
-    The GPU probe stays (it skips here). The sample data set is added by ``render_ini``, which
-    knows the lab directory its shards are written to.
+    filled out); the node checks and the smoke drill's checkpoints on the data disk. The
+    heartbeat composes its own probes from these (the bond's peer, writes and free space on
+    the data disk, the trainers' progress; no cloud, no NVIDIA GPU). The sample data set is
+    added by ``render_ini``, which knows the lab directory its shards are written to.
     """
     return {
         "nic_bond_members": list(GUEST_BOND_NICS),
         "nic_bond_ipv4_address": f"{bond_address(1)}/24",
         "nic_bond_probe_target": BOND_PEER,
         "volume_grow_volumes": [{"device": GUEST_DATA_DISK}],
-        "heartbeat_probes": [
-            {"name": "gpu", "type": "gpu", "interval": 10, "timeout": 5},
-            {"name": "bond-peer", "type": "icmp", "host": BOND_PEER, "interval": 2, "timeout": 1},
-            {
-                "name": "data",
-                "type": "writable",
-                "path": HEARTBEAT_DIR,
-                "interval": 10,
-                "timeout": 5,
-            },
-            {
-                "name": "data-space",
-                "type": "free_space",
-                "path": GUEST_DATA_MOUNT,
-                "interval": 10,
-                "timeout": 5,
-            },
-        ],
         "node_checks_disk_paths": [
             {"path": GUEST_DATA_MOUNT, "min_size_gb": 0.9, "min_free_gb": 0.2}
         ],

@@ -67,5 +67,8 @@ def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
 def converge(
     container: Container, tmp_path_factory: pytest.TempPathFactory, metrics_wheel: Path
 ) -> Converger:
-    defaults = {"nodeprep_prometheus_wheel": str(metrics_wheel)}
+    # heartbeat_cloud none: the container sees this machine's DMI, which on a cloud CI host
+    # would send the probe plan to the real metadata address; tests that compose probes for
+    # a cloud name one and point heartbeat_metadata_url at a stand-in on 127.0.0.1.
+    defaults = {"nodeprep_prometheus_wheel": str(metrics_wheel), "heartbeat_cloud": "none"}
     return Converger(container, tmp_path_factory.mktemp("ansible"), defaults)

@@ -1,7 +1,10 @@
 """`nodeprep verify --checks heartbeat` against the role converged into a booted systemd container.
 
 Healthy: the four heartbeat checks pass. A probe whose target is down fails heartbeat.probes
-by name; a stopped service fails heartbeat.service and heartbeat.watchdog.
+by name; a stopped service fails heartbeat.service and heartbeat.watchdog. Left to compose its
+probes on a cloud VM (a GCP-shaped stand-in metadata service on 127.0.0.1), the role watches
+the metadata service and its notices, and a preemption notice trips the daemon at once; an
+AWS VM whose IMDSv2 has no token endpoint fails heartbeat.probes, naming it.
 """
 
 from __future__ import annotations
@@ -15,10 +18,17 @@ import pytest
 from click.testing import CliRunner
 from hb_converge import Converger
 
+from cloud_standin import CloudStandIn
+from collection_plugins import load
 from nodeprep.cli import cli
 from nspawn_node import Container
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+load("heartbeat_probe_plan")  # puts the collection's module_utils on sys.path
+from ansible_collections.nodeprep.hardening.plugins.module_utils.probe_plan import (  # noqa: E402
+    icmp_closed as _icmp_closed,
+)
+
 UNIT = "nodeprep-heartbeat.service"
 METRICS = "/var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom"
 
@@ -104,3 +114,85 @@ def test_heartbeat_checks_pass_then_fail_by_name(
         f"{METRICS} is missing; the watchdog is not writing metrics"
         in (tmp_path / "details").read_text()
     )
+
+
+def composed_vars(wheel: Path, cloud: CloudStandIn) -> dict[str, Any]:
+    """The role's defaults but for what the test must pin: the cloud (DMI here is this
+    machine's), its metadata address, and the network target (the container shares this
+    machine's network: its default gateway is not the test's to ping)."""
+    return {
+        "heartbeat_package_wheel": str(wheel),
+        "heartbeat_watchdog_sec": 3,
+        "heartbeat_metrics_interval_s": 1,
+        "heartbeat_cloud": cloud.provider,
+        "heartbeat_metadata_url": cloud.url,
+        "nic_bond_probe_target": "127.0.0.1",
+        "heartbeat_watch_paths": ["/srv/ckpt/run1"],
+    }
+
+
+def test_a_cloud_vm_is_watched_by_default_and_a_notice_trips_at_once(
+    container: Container, converge: Converger, wheel: Path, tmp_path: Path
+) -> None:
+    container.sh(f"systemctl start {UNIT}; rm -f {METRICS}")
+    with CloudStandIn("gcp") as cloud:
+        done = converge(composed_vars(wheel, cloud))
+        assert done.rc == 0, done.output[-3000:]
+        marker = json.loads(container.sh("cat /etc/nodeprep/roles/heartbeat.json").stdout)
+        assert marker["probe_source"] == "composed"
+        # The container shares this machine's network namespace and so its ping_group_range:
+        # where the daemon may not ping, the plan leaves the network out and says why.
+        gid = int(container.sh("getent group nodeprep-heartbeat | cut -d: -f3").stdout)
+        may_ping = not _icmp_closed(gid)
+        network = ["bond-peer"] if may_ping else []
+        assert marker["probes"] == ["metadata", "cloud-notice", *network, "root-write",
+                                    "root-space", "training"]  # fmt: skip
+        if not may_ping:
+            assert any("the network: ICMP echo is closed" in u for u in marker["unwatched"])
+        assert marker["probe_types"]["cloud-notice"] == "spot_notice"
+        assert "GPUs: no NVIDIA PCI device" in marker["unwatched"]
+        time.sleep(3)
+        code, out, found = verify(converge, tmp_path)
+        assert code == 0, out
+        details = (tmp_path / "details").read_text()
+        assert (
+            f"heartbeat.probes: no failing probe among {5 + len(network)} composed probes: "
+            "metadata (a GCP VM (heartbeat_cloud is gcp); its metadata service answered at "
+            "http://127.0.0.1:" in details
+        )
+        assert "root-space (free space on /, which holds /srv/ckpt/run1)" in details
+
+        cloud.notice = True
+        posted = time.monotonic()
+        line = _wait_journal(container, "action=trip probe=cloud-notice", 20)
+        detected_s = time.monotonic() - posted
+        print(f"preemption notice to the daemon's trip: {detected_s:.2f} s")
+        assert "preemption or maintenance notice: preempted TRUE" in line
+        assert detected_s < 5
+        cloud.notice = False
+
+    with CloudStandIn("aws", token_service=False) as cloud:
+        done = converge(composed_vars(wheel, cloud))
+        assert done.rc == 0, done.output[-3000:]
+        time.sleep(3)
+        code, out, found = verify(converge, tmp_path)
+    assert code == 1, out
+    assert [c for c, s in found.items() if s == "fail"] == ["heartbeat.probes"]
+    details = (tmp_path / "details").read_text()
+    assert (
+        "heartbeat.probes: this is an AWS VM (heartbeat_cloud is aws) but its metadata service "
+        f"did not answer: PUT {cloud.url}/latest/api/token answered HTTP 404: no IMDSv2 token "
+        "service there, so no metadata or notice can be read; its spot and maintenance notices "
+        "go unwatched"
+    ) in details
+
+
+def _wait_journal(box: Container, text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        journal = box.sh(f"journalctl -u {UNIT} --no-pager -n 50", check=False).stdout
+        found = [line for line in journal.splitlines() if text in line]
+        if found:
+            return found[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"no {text!r} in the journal within {timeout} s:\n{journal}")

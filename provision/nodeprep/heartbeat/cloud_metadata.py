@@ -1,0 +1,1 @@
+../../../plugins/module_utils/cloud_metadata.py

@@ -1,0 +1,136 @@
+"""A FAKE at a true boundary (no AWS, GCP or Azure account here): a real HTTP server on
+127.0.0.1 shaped like one cloud's metadata service, as the heartbeat reads it.
+
+- aws: IMDSv2. ``PUT /latest/api/token`` with a TTL header gives a token; every GET under
+  ``/latest/`` without a valid one is HTTP 401. ``spot/instance-action`` is 404 until a
+  notice is posted; ``events/maintenance/scheduled`` is a JSON list.
+- gcp: every request needs ``Metadata-Flavor: Google`` (else 403) and every answer carries
+  it; ``instance/preempted`` is FALSE or TRUE, ``instance/maintenance-event`` NONE or the
+  event.
+- azure: every request needs ``Metadata: true`` (else 400); ``scheduledevents`` is one JSON
+  document with an ``Events`` list.
+
+``notice`` posts the provider's notice (a spot interruption, a preemption, a Preempt event);
+``token_service=False`` takes IMDSv2's token endpoint away (HTTP 404), as on a service that
+has none.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SPOT = {"action": "terminate", "time": "2026-12-05T08:00:00Z"}
+AZURE_EVENT = {"EventId": "A123", "EventType": "Preempt", "ResourceType": "VirtualMachine",
+               "Resources": ["node1"], "EventStatus": "Scheduled",
+               "NotBefore": "Sat, 05 Dec 2026 08:00:30 GMT"}  # fmt: skip
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def _reply(self, status: int, body: str, headers: dict[str, str] | None = None) -> None:
+        data = body.encode()
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_PUT(self) -> None:
+        cloud = self.server.cloud
+        cloud.requests.append(("PUT", self.path))
+        ttl = self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+        if cloud.provider != "aws" or self.path != "/latest/api/token" or not cloud.token_service:
+            self._reply(404, "Not Found")
+        elif not ttl:
+            self._reply(400, "missing TTL")
+        else:
+            self._reply(200, cloud.new_token())
+
+    def do_GET(self) -> None:
+        cloud = self.server.cloud
+        cloud.requests.append(("GET", self.path))
+        {"aws": self._aws, "gcp": self._gcp, "azure": self._azure}[cloud.provider]()
+
+    def _aws(self) -> None:
+        cloud = self.server.cloud
+        if self.headers.get("X-aws-ec2-metadata-token") not in cloud.tokens:
+            self._reply(401, "")
+        elif self.path == "/latest/meta-data/spot/instance-action":
+            self._reply(200, json.dumps(SPOT)) if cloud.notice else self._reply(404, "")
+        elif self.path == "/latest/meta-data/events/maintenance/scheduled":
+            self._reply(200, "[]")
+        elif self.path.startswith("/latest/meta-data/"):
+            self._reply(200, "ami-id\ninstance-id\nspot/\n")
+        else:
+            self._reply(404, "")
+
+    def _gcp(self) -> None:
+        cloud = self.server.cloud
+        flavor = {"Metadata-Flavor": "Google"}
+        if self.headers.get("Metadata-Flavor") != "Google":
+            self._reply(403, "Missing Metadata-Flavor:Google header.", flavor)
+            return
+        values = {
+            "/computeMetadata/v1/instance/id": "4520031799277581759",
+            "/computeMetadata/v1/instance/preempted": "TRUE" if cloud.notice else "FALSE",
+            "/computeMetadata/v1/instance/maintenance-event": "NONE",
+        }
+        if self.path in values:
+            self._reply(200, values[self.path], flavor)
+        else:
+            self._reply(404, "", flavor)
+
+    def _azure(self) -> None:
+        cloud = self.server.cloud
+        if self.headers.get("Metadata") != "true":
+            self._reply(400, json.dumps({"error": "Bad request. Required metadata header."}))
+        elif self.path.startswith("/metadata/instance/compute/vmId?"):
+            self._reply(200, "02aab8a4-74ef-476e-8182-f6d2ba4166a6")
+        elif self.path == "/metadata/scheduledevents?api-version=2020-07-01":
+            events = [AZURE_EVENT] if cloud.notice else []
+            self._reply(200, json.dumps({"DocumentIncarnation": 1, "Events": events}))
+        else:
+            self._reply(404, "")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, cloud: CloudStandIn) -> None:
+        self.cloud = cloud
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class CloudStandIn:
+    """``with CloudStandIn("gcp") as cloud:`` serves at ``cloud.url`` until the block ends."""
+
+    def __init__(self, provider: str, token_service: bool = True) -> None:
+        self.provider = provider
+        self.token_service = token_service
+        self.notice = False
+        self.tokens: set[str] = set()
+        self.requests: list[tuple[str, str]] = []
+        self._server = _Server(self)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def new_token(self) -> str:
+        token = f"token-{len(self.tokens) + 1}"
+        self.tokens.add(token)
+        return token
+
+    def __enter__(self) -> CloudStandIn:
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
