@@ -62,56 +62,75 @@ class Node:
     nvidia: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Plan:
+    """The probes with why each was chosen, what is not watched, what is missing."""
+
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    unwatched: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def add(self, probe: dict[str, Any], why: str) -> None:
+        self.probes.append(probe)
+        self.reasons[probe["name"]] = why
+
+
 def compose(node: Node) -> dict[str, Any]:
     """{probes, reasons (one per probe), unwatched, missing}; missing is what verify fails on."""
-    probes: list[dict[str, Any]] = []
-    reasons: dict[str, str] = {}
-    unwatched: list[str] = []
-    missing: list[str] = []
-
-    def add(probe: dict[str, Any], why: str) -> None:
-        probes.append(probe)
-        reasons[probe["name"]] = why
-
-    if node.cloud == "none":
-        unwatched.append(f"cloud metadata and notices: not a cloud VM ({node.cloud_evidence})")
-    elif node.metadata_ok:
-        label = LABELS[node.cloud]
-        where = {"provider": node.cloud, "url": node.metadata_url}
-        add({"name": "metadata", "type": "imds", **where, **METADATA},
-            f"{A_VM[node.cloud]} ({node.cloud_evidence}); {node.metadata_answer}")  # fmt: skip
-        add({"name": "cloud-notice", "type": "spot_notice", **where, **NOTICES},
-            f"{label}'s spot, preemption and maintenance notices, polled every second")  # fmt: skip
+    plan = Plan()
+    _cloud(node, plan)
+    _network(node, plan)
+    _disks(node, plan)
+    if node.nvidia:
+        plan.add(dict(GPU), f"NVIDIA PCI device(s) {', '.join(node.nvidia)}")
     else:
-        missing.append(
+        plan.unwatched.append("GPUs: no NVIDIA PCI device")
+    plan.add(dict(PROGRESS), "registered trainers' steps (a trainer that stops stepping is hung)")
+    return {"probes": plan.probes, "reasons": plan.reasons, "unwatched": plan.unwatched,
+            "missing": plan.missing}  # fmt: skip
+
+
+def _cloud(node: Node, plan: Plan) -> None:
+    if node.cloud == "none":
+        plan.unwatched.append(f"cloud metadata and notices: not a cloud VM ({node.cloud_evidence})")
+    elif node.metadata_ok:
+        where = {"provider": node.cloud, "url": node.metadata_url}
+        plan.add({"name": "metadata", "type": "imds", **where, **METADATA},
+                 f"{A_VM[node.cloud]} ({node.cloud_evidence}); {node.metadata_answer}")  # fmt: skip
+        plan.add({"name": "cloud-notice", "type": "spot_notice", **where, **NOTICES},
+                 f"{LABELS[node.cloud]}'s spot, preemption and maintenance notices, polled "
+                 "every second")  # fmt: skip
+    else:
+        plan.missing.append(
             f"this is {A_VM[node.cloud]} ({node.cloud_evidence}) but its metadata service did not "
             f"answer: {node.metadata_answer}; its spot and maintenance notices go unwatched"
         )
+
+
+def _network(node: Node, plan: Plan) -> None:
     if (node.bond_peer or node.gateway) and node.icmp_closed:
-        unwatched.append(f"the network: {node.icmp_closed}")
+        plan.unwatched.append(f"the network: {node.icmp_closed}")
     elif node.bond_peer:
-        add({"name": "bond-peer", "type": "icmp", "host": node.bond_peer, **NETWORK},
-            "the bond's peer (nic_bond_probe_target)")  # fmt: skip
+        plan.add({"name": "bond-peer", "type": "icmp", "host": node.bond_peer, **NETWORK},
+                 "the bond's peer (nic_bond_probe_target)")  # fmt: skip
     elif node.gateway:
-        add({"name": "gateway", "type": "icmp", "host": node.gateway, **NETWORK},
-            "the default route's gateway")  # fmt: skip
+        plan.add({"name": "gateway", "type": "icmp", "host": node.gateway, **NETWORK},
+                 "the default route's gateway")  # fmt: skip
     else:
-        unwatched.append("the network: no bond peer and no IPv4 default route")
+        plan.unwatched.append("the network: no bond peer and no IPv4 default route")
+
+
+def _disks(node: Node, plan: Plan) -> None:
     for disk in node.filesystems:
         stem = "root" if disk.mount == "/" else disk.mount.strip("/").replace("/", "-")
         named = ", ".join(disk.paths)
-        add({"name": f"{stem}-write", "type": "writable", "path": disk.probe_dir, **DISK},
-            f"writes on {disk.mount}, which holds {named}")  # fmt: skip
-        add({"name": f"{stem}-space", "type": "free_space", "path": disk.mount, **DISK},
-            f"free space on {disk.mount}, which holds {named}")  # fmt: skip
+        plan.add({"name": f"{stem}-write", "type": "writable", "path": disk.probe_dir, **DISK},
+                 f"writes on {disk.mount}, which holds {named}")  # fmt: skip
+        plan.add({"name": f"{stem}-space", "type": "free_space", "path": disk.mount, **DISK},
+                 f"free space on {disk.mount}, which holds {named}")  # fmt: skip
     if not node.filesystems:
-        unwatched.append("disks: the inventory names no checkpoint or data path")
-    if node.nvidia:
-        add(dict(GPU), f"NVIDIA PCI device(s) {', '.join(node.nvidia)}")
-    else:
-        unwatched.append("GPUs: no NVIDIA PCI device")
-    add(dict(PROGRESS), "registered trainers' steps (a trainer that stops stepping is hung)")
-    return {"probes": probes, "reasons": reasons, "unwatched": unwatched, "missing": missing}
+        plan.unwatched.append("disks: the inventory names no checkpoint or data path")
 
 
 def default_gateway(route_table: str = ROUTE_TABLE) -> str:

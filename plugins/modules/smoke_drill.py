@@ -87,6 +87,18 @@ options:
       previous drill left there (copied beside it, then renamed into place). Empty - none kept.
     type: path
     default: ""
+  data:
+    description:
+      - A data set staged on the node (the dataset role's I(dest)) for the kill drill's
+        trainer runs to train on (the trainer's C(--data)), through the real loader path.
+        Inside the image the apptainer role recorded, it is bound read-only at the same path;
+        a given I(launcher) must make it visible itself. Empty - synthetic data.
+    type: path
+    default: ""
+  workers:
+    description: Loader worker processes over I(data) (the trainer's C(--workers)).
+    type: int
+    default: 0
   timeout_s:
     description: Seconds the import check, and then the whole drill, may each take; past it
       the check fails as "timed out after S s".
@@ -157,6 +169,25 @@ def choose_launcher(given: str, marker_dir: str) -> tuple[list[str], str]:
     return ["apptainer", "exec", *options, str(image)], ""
 
 
+def bind_read_only(launcher: list[str], directory: str) -> list[str]:
+    """The image's launcher (``apptainer exec OPTIONS IMAGE``) with DIRECTORY bound read-only
+    at the same path, so the trainer inside sees the data set staged on the node."""
+    return [*launcher[:-1], "--bind", f"{directory}:{directory}:ro", launcher[-1]]
+
+
+def drill_args(p: dict[str, Any]) -> list[str]:
+    """The arguments of ``python -m nodeprep.smoke`` that choose the drill and its runs."""
+    if p["drill"] == "heartbeat":
+        return ["--heartbeat"]
+    args = ["--steps", str(p["steps"]), "--checkpoint-every", str(p["checkpoint_every"]),
+            "--seed", str(p["seed"]), "--model-mb", str(p["model_mb"])]  # fmt: skip
+    if p["kill_step"] > 0:
+        args += ["--kill-step", str(p["kill_step"])]
+    if p["data"]:
+        args += ["--data", p["data"], "--workers", str(p["workers"])]
+    return args
+
+
 def last_json(text: str) -> dict[str, Any] | None:
     lines = [line for line in text.splitlines() if line.strip()]
     try:
@@ -214,6 +245,8 @@ def main() -> None:
             "work_parent": {"type": "path", "default": "/var/tmp"},
             "timeout_s": {"type": "int", "default": 600},
             "keep_checkpoints": {"type": "path", "default": ""},
+            "data": {"type": "path", "default": ""},
+            "workers": {"type": "int", "default": 0},
             "marker_dir": {"type": "path", "default": MARKER_DIR},
         },
         supports_check_mode=True,
@@ -225,6 +258,8 @@ def main() -> None:
         launcher, problem = choose_launcher(p["launcher"], p["marker_dir"])
     else:
         launcher, problem = shlex.split(p["launcher"]), ""
+    if p["data"] and not p["launcher"] and launcher:
+        launcher = bind_read_only(launcher, p["data"])
     if problem:
         module.exit_json(
             changed=False, started=started, kept="", checks=verdict(False, problem, "", check)
@@ -253,14 +288,7 @@ def main() -> None:
     try:
         started = time.time()
         argv = [*bound, *launcher, python, "-m", "nodeprep.smoke", "--work-dir", work,
-                "--deadline-s", str(max(timeout_s - 10, 1))]  # fmt: skip
-        if p["drill"] == "heartbeat":
-            argv.append("--heartbeat")
-        else:
-            argv += ["--steps", str(p["steps"]), "--checkpoint-every", str(p["checkpoint_every"]),
-                     "--seed", str(p["seed"]), "--model-mb", str(p["model_mb"])]  # fmt: skip
-        if p["drill"] == "kill" and p["kill_step"] > 0:
-            argv += ["--kill-step", str(p["kill_step"])]
+                "--deadline-s", str(max(timeout_s - 10, 1)), *drill_args(p)]  # fmt: skip
         rc, out, err = probe(module, argv)
         checks = judge_run(rc, out, err, timeout_s, check)
         if checks[0]["passed"] and p["keep_checkpoints"] and p["drill"] == "kill":

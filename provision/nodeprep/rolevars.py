@@ -93,6 +93,9 @@ def _inside(name: str, value: Any) -> str | None:
         except staging.StagingError as err:
             return str(err)
         return None
+    if name == "heartbeat_metadata_url":
+        plain = isinstance(value, str) and value.startswith("http://")
+        return None if plain else "the metadata service answers plain http://, as http://IP"
     if name == "heartbeat_probes":
         document: dict[str, Any] = {"probes": value}
     elif name == "heartbeat_actions":

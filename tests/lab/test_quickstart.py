@@ -236,9 +236,13 @@ def verify_passes_all_but_the_gpu_checks(inventory: Path, tmp_path: Path) -> Non
     assert statuses(report, "skip", "node1") == SKIPPED
     assert statuses(report, "pass", "node1") >= PASSED
     details = {r["check"]: r["detail"] for r in report["results"]}
+    print(
+        "smoke.drill:", details["smoke.drill"], "\nheartbeat.probes:", details["heartbeat.probes"]
+    )
     assert all("no NVIDIA GPU" in details[check] for check in SKIPPED), details
     assert "inside image " + IMAGE_DEST in details["smoke.drill"], details
     assert "matches bit for bit" in details["smoke.drill"], details
+    assert f"on data set {SAMPLE_DEST} with 2 loader worker(s)" in details["smoke.drill"], details
     assert SMOKE_CHECKPOINTS in details["checkpoint.newest"], details
     # The heartbeat composed its probes from what the inventory and the node say.
     probes = details["heartbeat.probes"]

@@ -37,6 +37,13 @@ def invoke(*args: str) -> tuple[int, str]:
          '"ceiling_s": 60}]}', "for role heartbeat (probes[0].floor_s: 90 s exceeds ceiling_s"),
         ("provision", '{"heartbeat_probes": [{"name": "d", "type": "free_space", '
          '"path": "/data", "critical_percent": 50}]}', "critical_percent: 50 is above warn_"),
+        ("provision", '{"heartbeat_probes": [{"name": "m", "type": "imds", "provider": "oci"}]}',
+         "(probes[0].provider: unknown provider 'oci'; use one of aws, gcp, azure)"),
+        ("provision", "heartbeat_cloud=oracle",
+         "heartbeat_cloud must be one of: auto, aws, gcp, azure, none"),
+        ("provision", "heartbeat_metadata_url=https://169.254.169.254",
+         "(the metadata service answers plain http://, as http://IP)"),
+        ("verify", "smoke_workers=two", "for role smoke"),
         ("provision", '{"heartbeat_actions": {"hang": {"signals": ["SIGHUP"]}}}',
          "(actions.hang.signals: must list signals among SIGINT"),
         # Inside the data sets: the node's own staging rules, before any node is reached.

@@ -63,6 +63,9 @@ def node_roles_vars() -> dict[str, object]:
         ],
         "node_checks_checkpoint_dirs": [SMOKE_CHECKPOINTS],
         "smoke_keep_checkpoints": SMOKE_CHECKPOINTS,
+        # The drill trains on the staged sample data set, through the loader's worker processes.
+        "smoke_data": SAMPLE_DEST,
+        "smoke_workers": 2,
     }
 
 

@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--launcher", default="", help="command prefix that runs python inside an image")
     add("--python", help="python to run the trainer with (default: this one, or python3 inside)")
     add("--deadline-s", type=float, default=300.0, help="give up and kill everything after this")
+    add("--data", type=Path, help="train on this staged data set (the trainer's --data)")
+    add("--workers", type=int, default=0, help="loader worker processes over --data")
     add(
         "--heartbeat",
         action="store_true",
@@ -50,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps must exceed --checkpoint-every by at least 2, both at least 1")
     if args.kill_step is not None and not 1 <= args.kill_step < args.steps:
         parser.error("--kill-step must be between 1 and --steps - 1")
+    if args.workers < 0 or (args.workers and args.data is None):
+        parser.error("--workers must be 0 or more, and needs --data")
     launcher = tuple(shlex.split(args.launcher))
     python = args.python or ("python3" if launcher else sys.executable)
     if args.heartbeat:
@@ -66,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         launcher=launcher,
         python=python,
         deadline_s=args.deadline_s,
+        data=args.data,
+        workers=args.workers,
     )
     result = run_drill(config)
     print(json.dumps(asdict(result), sort_keys=True))

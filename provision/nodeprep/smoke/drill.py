@@ -39,6 +39,8 @@ class DrillConfig:
     launcher: tuple[str, ...] = ()  # e.g. ("apptainer", "exec", "--no-privs", IMAGE)
     python: str = "python3"
     deadline_s: float = 300.0
+    data: Path | None = None  # a staged data set (the trainer's --data); None: synthetic data
+    workers: int = 0  # the trainer's --workers: loader worker processes over --data
 
 
 @dataclass
@@ -89,6 +91,7 @@ def trainer_argv(config: DrillConfig, run_dir: Path) -> list[str]:
         "--threads",
         "1",
         "--sync-save",
+        *(["--data", str(config.data), "--workers", str(config.workers)] if config.data else []),
     ]
 
 
@@ -187,8 +190,11 @@ def judge(
         )
     if resumed.final_hash is None or not resumed.resumed:
         return False, f"the killed run did not resume from a checkpoint: {_tail(resumed)}"
+    on_data = (
+        f" on data set {config.data} with {config.workers} loader worker(s)" if config.data else ""
+    )
     summary = (
-        f"{config.steps} steps {where}, SIGKILL after step {killed.last_step}, "
+        f"{config.steps} steps {where}{on_data}, SIGKILL after step {killed.last_step}, "
         f"resumed from step {resumed.start_step}"
     )
     if resumed.final_hash != reference.final_hash:

@@ -3,8 +3,8 @@
 Healthy: the four heartbeat checks pass. A probe whose target is down fails heartbeat.probes
 by name; a stopped service fails heartbeat.service and heartbeat.watchdog. Left to compose its
 probes on a cloud VM (a GCP-shaped stand-in metadata service on 127.0.0.1), the role watches
-the metadata service and its notices, and a preemption notice trips the daemon at once; an
-AWS VM whose IMDSv2 has no token endpoint fails heartbeat.probes, naming it.
+the metadata service and its notices, and a preemption notice trips the daemon at once (an
+AWS VM without a token endpoint, failing heartbeat.probes: tests/unit/test_heartbeat_probe_plan.py).
 """
 
 from __future__ import annotations
@@ -154,6 +154,7 @@ def test_a_cloud_vm_is_watched_by_default_and_a_notice_trips_at_once(
         time.sleep(3)
         code, out, found = verify(converge, tmp_path)
         assert code == 0, out
+        assert set(found.values()) == {"pass"}, found
         details = (tmp_path / "details").read_text()
         assert (
             f"heartbeat.probes: no failing probe among {5 + len(network)} composed probes: "
@@ -170,21 +171,6 @@ def test_a_cloud_vm_is_watched_by_default_and_a_notice_trips_at_once(
         assert "preemption or maintenance notice: preempted TRUE" in line
         assert detected_s < 5
         cloud.notice = False
-
-    with CloudStandIn("aws", token_service=False) as cloud:
-        done = converge(composed_vars(wheel, cloud))
-        assert done.rc == 0, done.output[-3000:]
-        time.sleep(3)
-        code, out, found = verify(converge, tmp_path)
-    assert code == 1, out
-    assert [c for c, s in found.items() if s == "fail"] == ["heartbeat.probes"]
-    details = (tmp_path / "details").read_text()
-    assert (
-        "heartbeat.probes: this is an AWS VM (heartbeat_cloud is aws) but its metadata service "
-        f"did not answer: PUT {cloud.url}/latest/api/token answered HTTP 404: no IMDSv2 token "
-        "service there, so no metadata or notice can be read; its spot and maintenance notices "
-        "go unwatched"
-    ) in details
 
 
 def _wait_journal(box: Container, text: str, timeout: float) -> str:

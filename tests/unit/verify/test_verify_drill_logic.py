@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from collection_plugins import load
+from nodeprep.smoke.__main__ import main as smoke_main
 from nodeprep.smoke.drill import DrillConfig, RunOutcome, choose_kill_step, judge, trainer_argv
 
 CONFIG = DrillConfig(Path("/w"), steps=24, checkpoint_every=4)
@@ -70,3 +72,40 @@ def test_a_drill_run_inside_an_image_says_which(monkeypatch: pytest.MonkeyPatch)
     )
     assert passed
     assert "24 steps inside image /opt/nodeprep/images/trainer.sif, SIGKILL after" in detail
+
+
+def test_a_drill_on_a_data_set_passes_it_to_every_run_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("APPTAINER_CONTAINER", raising=False)
+    monkeypatch.delenv("SINGULARITY_CONTAINER", raising=False)
+    config = DrillConfig(Path("/w"), data=Path("/data/datasets/sample"), workers=2)
+    argv = trainer_argv(config, Path("/w/drill"))
+    assert argv[argv.index("--data") + 1] == "/data/datasets/sample"
+    assert argv[argv.index("--workers") + 1] == "2"
+    assert "--data" not in trainer_argv(CONFIG, Path("/w/drill"))
+    passed, detail = judge(
+        config, 11, outcome(0, GOOD), outcome(-signal.SIGKILL, None), outcome(0, GOOD, 8, True)
+    )
+    assert passed
+    assert "24 steps outside any image on data set /data/datasets/sample with 2 loader " in detail
+
+
+def test_workers_without_a_data_set_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        smoke_main(["--work-dir", "/w", "--workers", "2"])
+    assert ended.value.code == 2
+    assert "--workers must be 0 or more, and needs --data" in capsys.readouterr().err
+
+
+def test_the_module_binds_the_data_set_into_the_image_read_only() -> None:
+    module = load("smoke_drill")
+    launcher = ["apptainer", "exec", "--no-privs", "/opt/nodeprep/trainer.sif"]
+    assert module.bind_read_only(launcher, "/data/sets/a") == [
+        "apptainer", "exec", "--no-privs", "--bind", "/data/sets/a:/data/sets/a:ro",
+        "/opt/nodeprep/trainer.sif",
+    ]  # fmt: skip
+    params = {"drill": "kill", "steps": 24, "checkpoint_every": 4, "seed": 0, "model_mb": 0.25,
+              "kill_step": 0, "data": "/data/sets/a", "workers": 2}  # fmt: skip
+    assert module.drill_args(params)[-4:] == ["--data", "/data/sets/a", "--workers", "2"]
+    assert module.drill_args({**params, "drill": "heartbeat"}) == ["--heartbeat"]
