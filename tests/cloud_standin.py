@@ -10,7 +10,8 @@
 - azure: every request needs ``Metadata: true`` (else 400); ``scheduledevents`` is one JSON
   document with an ``Events`` list.
 
-``notice`` posts the provider's notice (a spot interruption, a preemption, a Preempt event);
+``notice`` posts the provider's notice (a spot interruption, a preemption, a Preempt event
+for this VM, which Azure's stand-in calls node1; ``neighbour_notice``, a Reboot for node2);
 ``token_service=False`` takes IMDSv2's token endpoint away (HTTP 404), as on a service that
 has none.
 """
@@ -25,6 +26,8 @@ SPOT = {"action": "terminate", "time": "2026-12-05T08:00:00Z"}
 AZURE_EVENT = {"EventId": "A123", "EventType": "Preempt", "ResourceType": "VirtualMachine",
                "Resources": ["node1"], "EventStatus": "Scheduled",
                "NotBefore": "Sat, 05 Dec 2026 08:00:30 GMT"}  # fmt: skip
+# An event for another VM of the same availability set: every VM sees it, only node2 is hit.
+AZURE_NEIGHBOUR = {**AZURE_EVENT, "EventId": "B456", "EventType": "Reboot", "Resources": ["node2"]}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -93,8 +96,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(400, json.dumps({"error": "Bad request. Required metadata header."}))
         elif self.path.startswith("/metadata/instance/compute/vmId?"):
             self._reply(200, "02aab8a4-74ef-476e-8182-f6d2ba4166a6")
+        elif self.path.startswith("/metadata/instance/compute/name?"):
+            self._reply(200, "node1")
         elif self.path == "/metadata/scheduledevents?api-version=2020-07-01":
             events = [AZURE_EVENT] if cloud.notice else []
+            events += [AZURE_NEIGHBOUR] if cloud.neighbour_notice else []
             self._reply(200, json.dumps({"DocumentIncarnation": 1, "Events": events}))
         else:
             self._reply(404, "")
@@ -115,6 +121,7 @@ class CloudStandIn:
         self.provider = provider
         self.token_service = token_service
         self.notice = False
+        self.neighbour_notice = False  # azure: an event for another VM
         self.tokens: set[str] = set()
         self.requests: list[tuple[str, str]] = []
         self._server = _Server(self)

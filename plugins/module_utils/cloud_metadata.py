@@ -13,7 +13,8 @@ All three services answer at 169.254.169.254 and differ in how they are asked:
   turns ``TRUE`` about 30 s before a spot VM stops, ``instance/maintenance-event`` leaves
   ``NONE`` before a host maintenance.
 - Azure: ``Metadata: true`` on the request; ``scheduledevents`` lists Preempt (about 30 s
-  ahead), Terminate, Reboot, Redeploy and Freeze events.
+  ahead), Terminate, Reboot, Redeploy and Freeze events for every VM of an availability set
+  or placement group; those whose ``Resources`` name this VM are its notices.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ AWS_SPOT_PATH = "/latest/meta-data/spot/instance-action"
 AWS_EVENTS_PATH = "/latest/meta-data/events/maintenance/scheduled"
 GCP_PREFIX = "/computeMetadata/v1/instance"
 AZURE_EVENTS_PATH = "/metadata/scheduledevents?api-version=2020-07-01"
+AZURE_NAME_PATH = "/metadata/instance/compute/name?api-version=2021-02-01&format=text"
 # Azure's own asset tag on every VM it runs (its documented way to tell it from DMI).
 AZURE_ASSET_TAG = "7783-7084-3265-9085-8269-3286-77"
 DEFAULT_PATHS = {
@@ -226,18 +228,37 @@ class AzureMetadata(Metadata):
         status, _, body = request(self.base_url + path, timeout, headers={"Metadata": "true"})
         return status, body
 
+    def __init__(self, base_url: str = DEFAULT_URL, token_ttl: int = 21600) -> None:
+        super().__init__(base_url, token_ttl)
+        self._name: str | None = None
+
+    def _vm_name(self, timeout: float) -> str:
+        """This VM's name, which an event's Resources lists when the event is for it ('' when
+        unknown: then every event counts, rather than miss this VM's own)."""
+        if self._name is None:
+            status, body = self.get(AZURE_NAME_PATH, timeout)
+            if status != 200:
+                return ""
+            self._name = body.decode("utf-8", "replace").strip()
+        return self._name
+
     def notices(self, timeout: float) -> tuple[str, bool, bool]:
+        deadline = time.monotonic() + timeout
         status, body = self.get(AZURE_EVENTS_PATH, timeout)
         if status != 200:
             return f"metadata {AZURE_EVENTS_PATH}: HTTP {status}", False, False
         try:
             events = json.loads(body or b"{}").get("Events", [])
         except (ValueError, AttributeError):
+            events = None
+        if not isinstance(events, list):
             return "unparseable scheduled-events answer", False, False
+        name = self._vm_name(_left(deadline)) if events else ""
         pending = [
             f"{e.get('EventType', '?')} at {e.get('NotBefore', '?') or 'once started'}"
-            for e in events if isinstance(e, dict)
-        ]  # fmt: skip
+            for e in events
+            if isinstance(e, dict) and (not name or name in (e.get("Resources") or []))
+        ]
         if pending:
             return f"scheduled event notice: {'; '.join(pending)}", False, True
         return "no scheduled event", True, False

@@ -23,9 +23,12 @@ from ansible_collections.nodeprep.hardening.plugins.module_utils.cloud_metadata 
 
 ROUTE_TABLE = "/proc/net/route"
 PING_GROUP_RANGE = "/proc/sys/net/ipv4/ping_group_range"
+MAX_GID = 2147483647  # the top of ping_group_range's open setting, 0 2147483647
 PCI_DEVICES = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = "0x10de"
 PROBE_DIR = ".nodeprep-heartbeat"
+# Mounts the heartbeat service cannot see (ProtectHome=yes in its unit).
+HIDDEN = ("/home/", "/root/", "/run/user/")
 ROOT_PROBE_DIR = "/var/lib/nodeprep-heartbeat"
 # Notice windows are short (AWS: about 2 min; GCP and Azure spot: about 30 s), so the
 # notices are polled every second; the metadata service itself every 5 s.
@@ -60,6 +63,7 @@ class Node:
     icmp_closed: str = ""  # why the daemon may not send ICMP echo, if it may not
     filesystems: list[Filesystem] = field(default_factory=list)
     nvidia: list[str] = field(default_factory=list)
+    nvml: bool = False  # the daemon can read NVML (heartbeat_nvml_enabled)
 
 
 @dataclass
@@ -82,8 +86,13 @@ def compose(node: Node) -> dict[str, Any]:
     _cloud(node, plan)
     _network(node, plan)
     _disks(node, plan)
-    if node.nvidia:
+    if node.nvidia and node.nvml:
         plan.add(dict(GPU), f"NVIDIA PCI device(s) {', '.join(node.nvidia)}")
+    elif node.nvidia:
+        plan.unwatched.append(
+            f"GPUs: NVIDIA PCI device(s) {', '.join(node.nvidia)}, but heartbeat_nvml_enabled "
+            "is false (a GPU probe would only skip); enable it"
+        )
     else:
         plan.unwatched.append("GPUs: no NVIDIA PCI device")
     plan.add(dict(PROGRESS), "registered trainers' steps (a trainer that stops stepping is hung)")
@@ -123,8 +132,16 @@ def _network(node: Node, plan: Plan) -> None:
 
 def _disks(node: Node, plan: Plan) -> None:
     for disk in node.filesystems:
-        stem = "root" if disk.mount == "/" else disk.mount.strip("/").replace("/", "-")
         named = ", ".join(disk.paths)
+        if (disk.mount.rstrip("/") + "/").startswith(HIDDEN):
+            plan.unwatched.append(
+                f"{disk.mount}, which holds {named}: the service's ProtectHome hides it from "
+                "the daemon; keep checkpoints and data off /home and /root"
+            )
+            continue
+        stem = "root" if disk.mount == "/" else disk.mount.strip("/").replace("/", "-")
+        while f"{stem}-write" in plan.reasons:
+            stem += "-"
         plan.add({"name": f"{stem}-write", "type": "writable", "path": disk.probe_dir, **DISK},
                  f"writes on {disk.mount}, which holds {named}")  # fmt: skip
         plan.add({"name": f"{stem}-space", "type": "free_space", "path": disk.mount, **DISK},
@@ -153,13 +170,15 @@ def default_gateway(route_table: str = ROUTE_TABLE) -> str:
 
 def icmp_closed(gid: int | None, range_file: str = PING_GROUP_RANGE) -> str:
     """Why group GID may not open the unprivileged ICMP socket the daemon pings with, or ''
-    (a group not created yet is judged by whether the range is open at all)."""
+    (a group not created yet, whose id is unknown, only where the range admits every group)."""
     try:
         with open(range_file, encoding="ascii") as handle:
             low, high = (int(part) for part in handle.read().split())
     except (OSError, ValueError):
         return ""
-    if low <= high and (gid is None or low <= gid <= high):
+    if gid is None and low == 0 and high >= MAX_GID:
+        return ""
+    if gid is not None and low <= gid <= high:
         return ""
     who = "any group" if gid is None else f"the daemon's group (gid {gid})"
     return (
@@ -186,9 +205,9 @@ def _read(directory: str, name: str) -> str:
 
 
 def mount_of(path: str) -> str:
-    """The mount point of PATH's filesystem; a path not there yet is judged by its nearest
-    existing parent (a checkpoint directory the trainer will create)."""
-    path = os.path.abspath(path)
+    """The mount point of PATH's filesystem, symbolic links resolved; a path not there yet is
+    judged by its nearest existing parent (a checkpoint directory the trainer will create)."""
+    path = os.path.realpath(path)
     while not os.path.exists(path):
         path = os.path.dirname(path)
     while not os.path.ismount(path):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import grp
+import http.client
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.nodeprep.hardening.plugins.module_utils import probe_plan
@@ -62,6 +63,12 @@ options:
     type: list
     elements: path
     default: []
+  nvml:
+    description:
+      - Whether the daemon can read NVML (the role's C(heartbeat_nvml_enabled)); without it
+        a GPU probe would only skip, so NVIDIA devices are reported as not watched instead.
+    type: bool
+    default: false
   dmi_dir:
     description: Where the firmware's DMI strings are read.
     type: path
@@ -74,15 +81,10 @@ author: nodeprep developers
 EXAMPLES = r"""
 - name: Compose the default probes.
   nodeprep.hardening.heartbeat_probe_plan:
-    group:
-    description:
-      - The daemon's group; an ICMP probe is composed only where
-        C(net.ipv4.ping_group_range) lets it ping (a group not created yet is judged by
-        whether the range is open at all).
-    type: str
-    default: nodeprep-heartbeat
-  watch_paths: [/data/checkpoints]
-    bond_peer: 10.77.0.2
+    watch_paths: [/data/checkpoints]
+    bond_peer: 10.0.0.2
+    group: nodeprep-heartbeat
+    nvml: true
   register: plan
 """
 
@@ -133,6 +135,7 @@ def main() -> None:
             bond_peer=dict(type="str", default=""),
             group=dict(type="str", default="nodeprep-heartbeat"),
             watch_paths=dict(type="list", elements="path", default=[]),
+            nvml=dict(type="bool", default=False),
             dmi_dir=dict(type="path", default=DMI_DIR),
         ),
         supports_check_mode=True,
@@ -149,13 +152,14 @@ def main() -> None:
                 p["metadata_timeout"]
             )
             node.metadata_ok = True
-        except OSError as err:
+        except (OSError, http.client.HTTPException, ValueError) as err:
             node.metadata_answer = describe(err)
     node.bond_peer = p["bond_peer"]
     node.gateway = probe_plan.default_gateway()
     node.icmp_closed = probe_plan.icmp_closed(_gid(p["group"]))
     node.filesystems = probe_plan.filesystems(p["watch_paths"])
     node.nvidia = probe_plan.nvidia_devices()
+    node.nvml = p["nvml"]
     plan = probe_plan.compose(node)
     module.exit_json(changed=False, cloud=node.cloud, cloud_evidence=node.cloud_evidence, **plan)
 

@@ -34,8 +34,8 @@ options:
         C(watchdog_sec) (the C(WatchdogSec) the role set, in seconds) and C(probes) (the
         configured probes' names); optionally what the role recorded of its probe plan -
         C(probe_types), C(probe_source), C(cloud), C(cloud_evidence), C(probe_reasons),
-        C(unwatched) and C(missing). Without it, the module reads the heartbeat role's
-        marker from I(marker_dir).
+        C(unwatched), C(missing) and C(notice_providers). Without it, the module reads the
+        heartbeat role's marker from I(marker_dir).
     type: dict
 extends_documentation_fragment:
   - nodeprep.hardening.marker
@@ -88,7 +88,7 @@ NAMES = ["service", "watchdog", "metrics", "probes"]
 SETTINGS = ("service", "metrics_path", "metrics_interval_s", "watchdog_sec", "probes")
 # What the role recorded of the probe plan (markers written before it lack these).
 PLAN = ("probe_types", "probe_source", "cloud", "cloud_evidence", "probe_reasons", "unwatched",
-        "missing")  # fmt: skip
+        "missing", "notice_providers")  # fmt: skip
 PROPERTIES = (
     "ActiveState",
     "SubState",
@@ -145,12 +145,15 @@ def unwatched_cloud(params: dict[str, Any]) -> list[str]:
     service that did not answer), or a user's probe list without a metadata probe."""
     missing = list(params.get("missing") or [])
     cloud = params.get("cloud") or "none"
-    types = (params.get("probe_types") or {}).values()
-    if cloud != "none" and not missing and not {"imds", "spot_notice"} & set(types):
+    providers = params.get("notice_providers")
+    if providers is None:  # a marker from before notice_providers: any notice probe counts
+        types = (params.get("probe_types") or {}).values()
+        providers = [cloud] if "spot_notice" in types else []
+    if cloud != "none" and not missing and cloud not in providers:
         missing.append(
-            f"this is {A_VM.get(cloud, cloud)} ({params.get('cloud_evidence', '')}) and "
-            "no imds or spot_notice probe in heartbeat_probes watches its metadata service and "
-            "its notices; add them, or leave heartbeat_probes unset to have them composed"
+            f"this is {A_VM.get(cloud, cloud)} ({params.get('cloud_evidence', '')}) and no "
+            f"spot_notice probe with provider {cloud} in heartbeat_probes reads its notices; "
+            "add one, or leave heartbeat_probes unset to have it composed"
         )
     return missing
 

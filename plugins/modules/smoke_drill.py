@@ -258,6 +258,11 @@ def main() -> None:
         launcher, problem = choose_launcher(p["launcher"], p["marker_dir"])
     else:
         launcher, problem = shlex.split(p["launcher"]), ""
+    if p["drill"] == "kill" and p["data"] and not os.path.isdir(p["data"]):
+        problem = (
+            f"smoke_data {p['data']} is not a directory on this node: stage the data set "
+            "(the dataset role) first, or leave smoke_data empty"
+        )
     if p["data"] and not p["launcher"] and launcher:
         launcher = bind_read_only(launcher, p["data"])
     if problem:

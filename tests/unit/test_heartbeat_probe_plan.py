@@ -1,5 +1,6 @@
 """The heartbeat's default probes composed from what a node is (module_utils.probe_plan and
-the heartbeat_probe_plan module), and verify's verdict on a cloud VM left unwatched."""
+the heartbeat_probe_plan module). Verify's verdicts on them are in
+tests/unit/verify/test_verify_heartbeat.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from collection_plugins import load
 from nodeprep.heartbeat.config import parse
 
 plan_module = load("heartbeat_probe_plan")
-status = load("heartbeat_status")
 from ansible_collections.nodeprep.hardening.plugins.module_utils import probe_plan  # noqa: E402
 
 ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
@@ -32,8 +32,14 @@ def run_plan(tmp_path: Path, **params: Any) -> dict[str, Any]:
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, plan_module.__file__, str(args)], capture_output=True,
-                          text=True, env=env, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, plan_module.__file__, str(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     result: dict[str, Any] = json.loads(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
     return result
@@ -46,6 +52,7 @@ def test_a_cloud_vm_with_a_bond_a_data_disk_and_gpus_gets_every_probe() -> None:
         metadata_url="http://169.254.169.254",
         metadata_answer="its metadata service answered at http://169.254.169.254",
         metadata_ok=True,
+        nvml=True,
         bond_peer="10.0.0.2",
         gateway="10.0.0.1",
         filesystems=[
@@ -120,9 +127,11 @@ def test_the_lowest_metric_default_route_gives_the_gateway(tmp_path: Path) -> No
 
 
 def test_nvidia_display_and_3d_controllers_are_found(tmp_path: Path) -> None:
-    for address, vendor, klass in (("0000:00:1e.0", "0x10de", "0x030200"),
-                                   ("0000:00:1f.0", "0x10de", "0x040300"),  # its audio
-                                   ("0000:00:02.0", "0x1af4", "0x020000")):  # fmt: skip
+    for address, vendor, klass in (
+        ("0000:00:1e.0", "0x10de", "0x030200"),
+        ("0000:00:1f.0", "0x10de", "0x040300"),  # its audio
+        ("0000:00:02.0", "0x1af4", "0x020000"),
+    ):
         (tmp_path / address).mkdir()
         (tmp_path / address / "vendor").write_text(vendor + "\n")
         (tmp_path / address / "class").write_text(klass + "\n")
@@ -158,7 +167,9 @@ def test_the_module_on_dmi_that_names_no_cloud_asks_no_metadata_service(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "sys_vendor").write_text("QEMU\n")
-    result = run_plan(tmp_path, dmi_dir=str(tmp_path), metadata_url="http://127.0.0.1:9")
+    with CloudStandIn("aws") as cloud:
+        result = run_plan(tmp_path, dmi_dir=str(tmp_path), metadata_url=cloud.url)
+    assert cloud.requests == []
     assert result["cloud"] == "none"
     assert not [p for p in result["probes"] if p["type"] in ("imds", "spot_notice")]
 
@@ -175,54 +186,6 @@ def test_the_module_on_an_aws_vm_without_a_token_service_reports_it_missing(
     assert f"PUT {cloud.url}/latest/api/token answered HTTP 404" in said
 
 
-PARAMS: dict[str, Any] = {
-    "service": "nodeprep-heartbeat.service", "metrics_path": "/m.prom", "metrics_interval_s": 5.0,
-    "watchdog_sec": 30.0, "probes": ["gateway", "training"],
-}  # fmt: skip
-HEALTHY = {"ActiveState": "active", "SubState": "running", "NRestarts": "0",
-           "WatchdogUSec": "30s", "WatchdogTimestampMonotonic": "995000000"}  # fmt: skip
-METRICS = 'nodeprep_heartbeat_probe_state{probe="gateway",state="ok"} 1\n'
-
-
-def probes_verdict(**plan: Any) -> dict[str, Any]:
-    found = status.judge({**PARAMS, **plan}, HEALTHY, 1000.0, 990.0, 1000.0, METRICS)
-    return next(c for c in found if c["check"] == "heartbeat.probes")
-
-
-def test_verify_shows_the_composed_list_and_why() -> None:
-    verdict = probes_verdict(
-        probe_source="composed",
-        cloud="none",
-        probe_types={"gateway": "icmp", "training": "progress"},
-        probe_reasons={
-            "gateway": "the default route's gateway",
-            "training": "registered trainers' steps",
-        },
-        unwatched=["GPUs: no NVIDIA PCI device"],
-        missing=[],
-    )
-    assert verdict["passed"], verdict
-    assert verdict["detail"] == (
-        "no failing probe among 2 composed probes: gateway (the default route's gateway); "
-        "training (registered trainers' steps); not watched: GPUs: no NVIDIA PCI device"
-    )
-
-
-def test_verify_fails_a_cloud_vm_whose_metadata_went_unwatched() -> None:
-    silent = probes_verdict(
-        probe_source="composed", cloud="aws", missing=["this is an AWS VM ... unwatched"]
-    )
-    assert not silent["passed"]
-    assert silent["detail"] == "this is an AWS VM ... unwatched"
-    user = probes_verdict(probe_source="heartbeat_probes", cloud="azure", cloud_evidence="DMI x",
-                          probe_types={"gateway": "icmp"}, missing=[])  # fmt: skip
-    assert not user["passed"]
-    assert user["detail"].startswith("this is an Azure VM (DMI x) and no imds or spot_notice probe")
-    watched = probes_verdict(probe_source="heartbeat_probes", cloud="azure",
-                             probe_types={"notice": "spot_notice"}, missing=[])  # fmt: skip
-    assert watched["passed"], watched
-
-
 def test_a_closed_ping_group_range_leaves_the_network_out_and_says_why(tmp_path: Path) -> None:
     ranges = tmp_path / "ping_group_range"
     ranges.write_text("1\t0\n")
@@ -237,6 +200,34 @@ def test_a_closed_ping_group_range_leaves_the_network_out_and_says_why(tmp_path:
     assert probe_plan.icmp_closed(None, str(ranges)) == ""
     ranges.write_text("1000 1000\n")
     assert "gid 998" in probe_plan.icmp_closed(998, str(ranges))
+    # A group not created yet may get any id: only a range open to all admits it.
+    assert "closed to any group" in probe_plan.icmp_closed(None, str(ranges))
     plan = probe_plan.compose(probe_plan.Node(gateway="10.0.2.2", icmp_closed=closed))
     assert [p["name"] for p in plan["probes"]] == ["training"]
     assert f"the network: {closed}" in plan["unwatched"]
+
+
+def test_gpus_without_nvml_hidden_mounts_and_name_clashes_are_said() -> None:
+    disks = [
+        probe_plan.Filesystem("/a-b", "/a-b/.nodeprep-heartbeat", ["/a-b/x"]),
+        probe_plan.Filesystem("/a/b", "/a/b/.nodeprep-heartbeat", ["/a/b/y"]),
+        probe_plan.Filesystem("/home", "/home/.nodeprep-heartbeat", ["/home/u/ckpt"]),
+    ]
+    plan = probe_plan.compose(probe_plan.Node(nvidia=["0000:00:1e.0"], filesystems=disks))
+    names = [p["name"] for p in plan["probes"]]
+    assert names == ["a-b-write", "a-b-space", "a-b--write", "a-b--space", "training"]
+    assert (
+        "/home, which holds /home/u/ckpt: the service's ProtectHome hides it from the daemon; "
+        "keep checkpoints and data off /home and /root"
+    ) in plan["unwatched"]
+    assert (
+        "GPUs: NVIDIA PCI device(s) 0000:00:1e.0, but heartbeat_nvml_enabled is false (a GPU "
+        "probe would only skip); enable it"
+    ) in plan["unwatched"]
+    with_nvml = probe_plan.compose(probe_plan.Node(nvidia=["0000:00:1e.0"], nvml=True))
+    assert "gpu" in [p["name"] for p in with_nvml["probes"]]
+
+
+def test_a_symlinked_path_is_judged_by_the_filesystem_it_points_into(tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to("/proc/self")
+    assert probe_plan.mount_of(str(tmp_path / "link")) == "/proc"

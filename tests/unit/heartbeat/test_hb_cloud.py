@@ -117,3 +117,25 @@ def test_the_probe_config_takes_a_provider_and_its_default_path() -> None:
         parse(
             {"probes": [{"name": "m", "type": "spot_notice", "provider": "oci"}]}, check_paths=False
         )
+
+
+def test_azure_events_for_other_vms_are_not_this_vms_notices() -> None:
+    with CloudStandIn("azure") as cloud:
+        notice = _probe("spot_notice", "azure", cloud.url)
+        cloud.neighbour_notice = True
+        assert notice().notice is False
+        cloud.notice = True
+        posted = notice()
+    assert posted.notice
+    assert posted.evidence == ("scheduled event notice: Preempt at Sat, 05 Dec 2026 08:00:30 GMT")
+
+
+def test_an_events_document_without_a_list_is_unparseable_not_an_error(
+    tmp_path: Path,
+) -> None:
+    endpoint = Endpoint().start()  # answers "ok" to anything: not JSON
+    try:
+        evidence, ok, notice = cloud_metadata.client("azure", endpoint.url).notices(1.0)
+    finally:
+        endpoint.stop()
+    assert (evidence, ok, notice) == ("unparseable scheduled-events answer", False, False)

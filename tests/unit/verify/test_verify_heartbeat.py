@@ -1,7 +1,8 @@
 """The heartbeat checks' decisions (heartbeat_status), fed the node state a real node shows.
 
 The module itself runs against a real systemd in tests/integration/heartbeat/test_hb_verify.py;
-here its pure judge() gets the edges: restarts, a stale or future metrics file, failed probes.
+here its pure judge() gets the edges: restarts, a stale or future metrics file, failed probes,
+the composed probe list shown with its reasons, and a cloud VM whose notices go unwatched.
 """
 
 from __future__ import annotations
@@ -107,3 +108,69 @@ def test_failed_probes_are_named_once() -> None:
     assert found["detail"] == (
         "failing probe(s): gpu; see journalctl -u nodeprep-heartbeat.service"
     )
+
+
+def probes_verdict(**plan: Any) -> dict[str, Any]:
+    params = {**PARAMS, "probes": ["gateway", "training"], **plan}
+    found = status.judge(params, HEALTHY, 1000.0, 990.0, 1000.0, METRICS)
+    return next(c for c in found if c["check"] == "heartbeat.probes")
+
+
+def test_verify_shows_the_composed_list_and_why() -> None:
+    verdict = probes_verdict(
+        probe_source="composed",
+        cloud="none",
+        probe_types={"gateway": "icmp", "training": "progress"},
+        probe_reasons={
+            "gateway": "the default route's gateway",
+            "training": "registered trainers' steps",
+        },
+        unwatched=["GPUs: no NVIDIA PCI device"],
+        missing=[],
+    )
+    assert verdict["passed"], verdict
+    assert verdict["detail"] == (
+        "no failing probe among 2 composed probes: gateway (the default route's gateway); "
+        "training (registered trainers' steps); not watched: GPUs: no NVIDIA PCI device"
+    )
+
+
+def test_verify_fails_a_cloud_vm_whose_metadata_went_unwatched() -> None:
+    silent = probes_verdict(
+        probe_source="composed", cloud="aws", missing=["this is an AWS VM ... unwatched"]
+    )
+    assert not silent["passed"]
+    assert silent["detail"] == "this is an AWS VM ... unwatched"
+    user = probes_verdict(
+        probe_source="heartbeat_probes",
+        cloud="azure",
+        cloud_evidence="DMI x",
+        probe_types={"gateway": "icmp"},
+        notice_providers=[],
+        missing=[],
+    )
+    assert not user["passed"]
+    assert user["detail"] == (
+        "this is an Azure VM (DMI x) and no spot_notice probe with provider azure in "
+        "heartbeat_probes reads its notices; add one, or leave heartbeat_probes unset to have "
+        "it composed"
+    )
+    # A notice probe of another cloud's (the default provider is aws) watches nothing here.
+    wrong = probes_verdict(
+        probe_source="heartbeat_probes",
+        cloud="azure",
+        probe_types={"notice": "spot_notice"},
+        notice_providers=["aws"],
+    )
+    assert not wrong["passed"]
+    watched = probes_verdict(
+        probe_source="heartbeat_probes",
+        cloud="azure",
+        probe_types={"notice": "spot_notice"},
+        notice_providers=["azure"],
+    )
+    assert watched["passed"], watched
+    older = probes_verdict(
+        probe_source="heartbeat_probes", cloud="azure", probe_types={"notice": "spot_notice"}
+    )  # a marker before providers
+    assert older["passed"], older
