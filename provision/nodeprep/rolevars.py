@@ -69,12 +69,24 @@ def problem(name: str, value: Any) -> str | None:
         for err in result.errors.errors
     ]
     said = next((m for m in messages if name in m), messages[0]) if messages else None
-    said = said or _inside(name, value)
+    said = said or _shape(name, value) or _inside(name, value)
     if said is None:
         return None
     return (
         f"{name} = {value!r} is not valid for role {role} ({said}); fix it as {spec_file} describes"
     )
+
+
+def _shape(name: str, value: Any) -> str | None:
+    """What a spec's type cannot say of a path or URL variable (None: fine, or not one)."""
+    if name in ("heartbeat_watch_paths", "smoke_data"):
+        given = value if isinstance(value, list) else [value] if value else []
+        relative = [path for path in given if not str(path).startswith("/")]
+        return f"{name} holds {relative[0]!r}; give absolute paths" if relative else None
+    if name == "heartbeat_metadata_url":
+        plain = isinstance(value, str) and value.startswith("http://")
+        return None if plain else "the metadata service answers plain http://, as http://IP"
+    return None
 
 
 def _inside(name: str, value: Any) -> str | None:
@@ -93,9 +105,6 @@ def _inside(name: str, value: Any) -> str | None:
         except staging.StagingError as err:
             return str(err)
         return None
-    if name == "heartbeat_metadata_url":
-        plain = isinstance(value, str) and value.startswith("http://")
-        return None if plain else "the metadata service answers plain http://, as http://IP"
     if name == "heartbeat_probes":
         document: dict[str, Any] = {"probes": value}
     elif name == "heartbeat_actions":

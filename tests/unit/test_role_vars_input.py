@@ -44,6 +44,10 @@ def invoke(*args: str) -> tuple[int, str]:
         ("provision", "heartbeat_metadata_url=https://169.254.169.254",
          "(the metadata service answers plain http://, as http://IP)"),
         ("verify", "smoke_workers=two", "for role smoke"),
+        ("verify", "smoke_data=datasets/sample",
+         "(smoke_data holds 'datasets/sample'; give absolute paths)"),
+        ("provision", '{"heartbeat_watch_paths": ["/data", "ckpt"]}',
+         "(heartbeat_watch_paths holds 'ckpt'; give absolute paths)"),
         ("provision", '{"heartbeat_actions": {"hang": {"signals": ["SIGHUP"]}}}',
          "(actions.hang.signals: must list signals among SIGINT"),
         # Inside the data sets: the node's own staging rules, before any node is reached.
