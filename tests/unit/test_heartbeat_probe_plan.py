@@ -4,22 +4,16 @@ tests/unit/verify/test_verify_heartbeat.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cloud_standin import CloudStandIn
-from collection_plugins import load
+from collection_plugins import module_utils, run_module
 from nodeprep.heartbeat.config import parse
 
-plan_module = load("heartbeat_probe_plan")
-from ansible_collections.nodeprep.hardening.plugins.module_utils import probe_plan  # noqa: E402
-
+probe_plan = module_utils("probe_plan")
 ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
 ens3\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
 ens3\t00000000\t0202000A\t0003\t0\t0\t100\t00000000\t0\t0\t0
@@ -29,19 +23,8 @@ ens9\t00000000\t0102A8C0\t0003\t0\t0\t50\t00000000\t0\t0\t0
 
 def run_plan(tmp_path: Path, **params: Any) -> dict[str, Any]:
     """The module run as Ansible runs it on a node: a process given its arguments file."""
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [sys.executable, plan_module.__file__, str(args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    result: dict[str, Any] = json.loads(done.stdout)
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, result = run_module("heartbeat_probe_plan", params, tmp_path)
+    assert code == 0, result
     return result
 
 

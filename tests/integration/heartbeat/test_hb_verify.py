@@ -19,15 +19,12 @@ from click.testing import CliRunner
 from hb_converge import Converger
 
 from cloud_standin import CloudStandIn
-from collection_plugins import load
+from collection_plugins import module_utils
 from nodeprep.cli import cli
 from nspawn_node import Container
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
-load("heartbeat_probe_plan")  # puts the collection's module_utils on sys.path
-from ansible_collections.nodeprep.hardening.plugins.module_utils.probe_plan import (  # noqa: E402
-    icmp_closed as _icmp_closed,
-)
+_icmp_closed = module_utils("probe_plan").icmp_closed
 
 UNIT = "nodeprep-heartbeat.service"
 METRICS = "/var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom"

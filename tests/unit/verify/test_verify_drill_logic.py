@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from collection_plugins import load
+from collection_plugins import load, run_module
 from nodeprep.smoke.__main__ import main as smoke_main
 from nodeprep.smoke.drill import DrillConfig, RunOutcome, choose_kill_step, judge, trainer_argv
 
@@ -117,14 +113,9 @@ def test_the_module_binds_the_data_set_into_the_image_read_only() -> None:
 
 def test_a_data_set_that_is_not_staged_fails_the_drill_saying_so(tmp_path: Path) -> None:
     """Run as Ansible runs it: before any Python or image is tried, the check fails."""
-    module = load("smoke_drill")
-    args = tmp_path / "args.json"
     given = {"data": str(tmp_path / "absent"), "marker_dir": str(tmp_path), "python": "false"}
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": given}))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, module.__file__, str(args)], capture_output=True,
-                          text=True, env=env, timeout=60, check=False)  # fmt: skip
-    (check,) = json.loads(done.stdout)["checks"]
+    _, answered = run_module("smoke_drill", given, tmp_path)
+    (check,) = answered["checks"]
     assert (check["check"], check["passed"], check["skip"]) == ("smoke.drill", False, "")
     assert check["detail"] == (
         f"smoke_data {tmp_path / 'absent'} is not a directory on this node: stage the data set "
