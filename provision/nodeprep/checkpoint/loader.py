@@ -22,7 +22,8 @@ So the batch after a resume is the batch that would have come, for any worker co
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -76,21 +77,50 @@ class SeededBatches(Dataset[Any]):
 
 
 class _EpochBatches(Sampler[BatchKey]):
-    """The owner's current epoch from its current position; read at each ``iter()``."""
+    """The owner's current epoch from its current position; read at each ``iter()``.
+
+    It holds its owner weakly: with a strong reference the owner and its DataLoader form a
+    cycle, a dropped loader waits for the cyclic garbage collector, and the collector then
+    shuts its workers down wherever it happens to run, where the shutdown was seen to wait
+    out torch's 5 s join timeout per worker.
+    """
 
     def __init__(self, owner: ResumableLoader) -> None:
-        self.owner = owner
+        self._owner = weakref.ref(owner)
+
+    @property
+    def owner(self) -> ResumableLoader:
+        owner = self._owner()
+        if owner is None:
+            raise RuntimeError("the ResumableLoader of this sampler was dropped")
+        return owner
 
     def __len__(self) -> int:
         return self.owner.batches_per_epoch - self.owner.consumed
 
     def __iter__(self) -> Iterator[BatchKey]:
         owner = self.owner
-        epoch, size, stride = owner.epoch, owner.batch_size, owner.world_size
-        order = owner.permutation(epoch).tolist()
-        for position in range(owner.consumed, owner.batches_per_epoch):
-            start = (position * stride + owner.rank) * size
-            yield BatchKey(tuple(order[start : start + size]), owner.batch_seed(epoch, start))
+        # The keys come from a generator that holds plain values: one holding the owner
+        # would sit in the DataLoader's iterator and close the cycle again.
+        return _epoch_keys(owner.num_samples, owner.seed, owner.epoch, owner.consumed,
+                           owner.batches_per_epoch, owner.rank, owner.world_size,
+                           owner.batch_size)  # fmt: skip
+
+
+def _epoch_keys(
+    num_samples: int, seed: int, epoch: int, first: int, last: int, rank: int, stride: int,
+    size: int,
+) -> Iterator[BatchKey]:  # fmt: skip
+    order = epoch_permutation(num_samples, seed, epoch).tolist()  # when the first key is asked
+    for position in range(first, last):
+        start = (position * stride + rank) * size
+        yield BatchKey(tuple(order[start : start + size]), batch_seed(seed, epoch, start))
+
+
+def batch_seed(seed: int, epoch: int, place: int) -> int:
+    """The seed of the random draws of the batch starting at ``place`` in ``epoch``'s order
+    (the place of its first sample: unique across ranks)."""
+    return (seed * 1_000_003 + epoch) * 4_000_037 + place
 
 
 class ResumableLoader:
@@ -148,11 +178,10 @@ class ResumableLoader:
         return epoch_permutation(self.num_samples, self.seed, epoch)
 
     def batch_seed(self, epoch: int, place: int) -> int:
-        """The seed of the random draws of the batch starting at ``place`` in ``epoch``'s
-        order (the place of its first sample: unique across ranks)."""
-        return (self.seed * 1_000_003 + epoch) * 4_000_037 + place
+        """The seed of the random draws of the batch starting at ``place`` in ``epoch``."""
+        return batch_seed(self.seed, epoch, place)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Generator[Any, None, None]:
         """The rest of the current epoch; the position advances as each batch is taken."""
         for batch in self.loader:
             self.consumed += 1
@@ -163,11 +192,41 @@ class ResumableLoader:
         """The next batch, across epoch ends."""
         while True:
             if self._batches is None:
-                self._batches = iter(self)
+                # The DataLoader's iterator, not a generator of ours: a generator's frame
+                # would hold this loader, and that cycle leaves a dropped loader to the
+                # cyclic collector (see _EpochBatches).
+                self._batches = iter(self.loader)
             try:
-                return next(self._batches)
+                batch = next(self._batches)
             except StopIteration:
                 self._batches = None
+                self.epoch, self.consumed = self.epoch + 1, 0
+                continue
+            except BaseException:
+                # The iterator has moved past the batch that failed; a new one starts from
+                # the position, so a caller that retries gets that batch again.
+                self._batches = None
+                raise
+            self.consumed += 1
+            return batch
+
+    def close(self) -> None:
+        """End the worker processes now; the loader can still be iterated (new workers start).
+
+        Dropping the loader ends them too; ``close()`` (or ``with ResumableLoader(...)``) says
+        when. torch has no public call for this: its iterator's own shutdown is used.
+        """
+        self._batches = None
+        iterator = getattr(self.loader, "_iterator", None)  # where persistent workers live
+        if iterator is not None:
+            iterator._shutdown_workers()
+            self.loader._iterator = None
+
+    def __enter__(self) -> ResumableLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def state_dict(self) -> dict[str, Any]:
         return {

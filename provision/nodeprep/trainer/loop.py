@@ -139,6 +139,8 @@ class Trainer:
                     self.checkpointer.ensure_durable(self.step)
         finally:
             self.checkpointer.close()
+            if self.config.workers is not None:
+                self.loader.close()
         digest = state_hash(final_state(self.model, self.optimizer, self.extras))
         if dist_util.world_size() > 1:  # one digest over every rank's state (RNG differs by rank)
             digest = hashlib.sha256("".join(dist_util.gather_all(digest)).encode()).hexdigest()
