@@ -130,11 +130,17 @@ class Checkpointer:
     def save_and_wait(
         self, step: int, layer: str = "full", loss: float | None = None
     ) -> SaveResult | None:
-        """Save and block until committed (emergency saves); rank 0 gets the result."""
+        """Save and block until committed (emergency saves); the writing rank gets the result.
+
+        The result is this save's, wherever it was collected: a save written in the calling
+        process (``async_write=False``, or while the writer process starts) has been
+        collected by ``save`` already.
+        """
         self.save(step, layer, loss)
-        result = self.wait()
+        self.wait()
         dist_util.barrier()
-        return result
+        mine = [r for r in (*self.history, *self.failures) if (r.step, r.layer) == (step, layer)]
+        return max(mine, key=lambda r: r.committed_time, default=None)
 
     def poll(self) -> list[SaveResult]:
         """Check, without blocking, every save that ended since the last look; call every step.

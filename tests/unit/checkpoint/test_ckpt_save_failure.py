@@ -178,3 +178,16 @@ def test_sigterm_whose_emergency_save_fails_exits_1_not_143(small_fs: Path) -> N
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("nodeprep.trainer: stopped at step "), last
     assert "No space left on device" in last
+
+
+def test_an_emergency_save_written_synchronously_returns_its_result(tmp_path: Path) -> None:
+    """save_and_wait's result is the save's own, also where ``save`` collected it already
+    (the trainer writes its emergency record from it)."""
+    run = make_run()
+    ckpt = Checkpointer(tmp_path / "ckpt", run.model, run.optimizer, extras=run.extras(),
+                        async_write=False)  # fmt: skip
+    run.train(1)
+    result = ckpt.save_and_wait(1)
+    assert result is not None
+    assert result.step == 1
+    assert result.path == str(committed(ckpt.root)[0])
