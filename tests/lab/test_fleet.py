@@ -126,8 +126,11 @@ def bond_network_spans_both_nodes(fleet: LabState, tmp_path: Path, inventory: Pa
     segment used to reset), and the segment peer answers the bond's probe on both."""
     sh(fleet, "node1", "sudo rm -f /data/fill /data/fill2 && "
        "sudo systemctl start nodeprep-heartbeat.service")  # fmt: skip
-    code, output, _ = provision(tmp_path, inventory, "--tags", "nic_bond")
+    # Both nodes at once (--no-rolling): the canary and batches were the first rollout's
+    # story, and each node's change still rolls itself back if its probe gets no answer.
+    code, output, summary = provision(tmp_path, inventory, "--tags", "nic_bond", "--no-rolling")
     assert code == 0, output
+    assert summary["rollout"]["batches"] == [list(NODES)], summary["rollout"]
     listen = ("setsid -f python3 -c \"import socket; "
               "s = socket.create_server(('10.77.0.15', 29411)); s.settimeout(120); "
               "c, a = s.accept(); c.sendall(a[0].encode())\" >/dev/null 2>&1; sleep 2")  # fmt: skip

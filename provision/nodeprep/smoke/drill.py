@@ -9,6 +9,7 @@ that differs, a run that never resumed, a kill that came too late - fails the dr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,8 +97,27 @@ def trainer_argv(config: DrillConfig, run_dir: Path) -> list[str]:
     ]
 
 
-def run_trainer(argv: Sequence[str], deadline: float, kill_after_step: int | None) -> RunOutcome:
-    """Run one trainer; SIGKILL its whole process group right after ``kill_after_step``."""
+def gpu_driver_loaded() -> bool:
+    """Whether the NVIDIA driver is loaded: the trainers may then take the GPU."""
+    return Path("/proc/driver/nvidia").exists()
+
+
+def _end_all(started: list[subprocess.Popen[str]]) -> None:
+    """SIGKILL the process group of every trainer still running (each has its own session)."""
+    for proc in started:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_trainer(
+    argv: Sequence[str],
+    deadline: float,
+    kill_after_step: int | None,
+    started: list[subprocess.Popen[str]] | None = None,
+) -> RunOutcome:
+    """Run one trainer; SIGKILL its whole process group right after ``kill_after_step``.
+    The process is added to ``started``, so that whoever gave the list can end it."""
     env = {**os.environ, "NODEPREP_RUN_DIR": str(Path(argv[argv.index("--run-dir") + 1]))}
     proc = subprocess.Popen(
         list(argv),
@@ -106,6 +127,8 @@ def run_trainer(argv: Sequence[str], deadline: float, kill_after_step: int | Non
         start_new_session=True,
         env=env,
     )
+    if started is not None:
+        started.append(proc)
     outcome = RunOutcome(returncode=0)
     try:
         assert proc.stdout is not None
@@ -142,10 +165,29 @@ def run_drill(config: DrillConfig, rng: random.Random | None = None) -> DrillRes
     deadline = started + config.deadline_s
     kill_step = choose_kill_step(config, rng or random.Random())
     config.work_dir.mkdir(parents=True, exist_ok=True)
-    reference = run_trainer(trainer_argv(config, config.work_dir / "reference"), deadline, None)
+    reference_argv = trainer_argv(config, config.work_dir / "reference")
     drill_argv = trainer_argv(config, config.work_dir / "drill")
-    killed = run_trainer(drill_argv, deadline, kill_step)
-    resumed = run_trainer(drill_argv, deadline, None)
+    trainers: list[subprocess.Popen[str]] = []
+    try:
+        if gpu_driver_loaded():  # one trainer at a time: a GPU may admit one process only
+            reference = run_trainer(reference_argv, deadline, None, trainers)
+            killed = run_trainer(drill_argv, deadline, kill_step, trainers)
+            resumed = run_trainer(drill_argv, deadline, None, trainers)
+        else:
+            # The uninterrupted run beside the killed one and its resume: each trainer runs
+            # one thread, and on a slow node (the lab's emulated VM) the drill takes two
+            # runs' time instead of three.
+            with ThreadPoolExecutor(max_workers=1) as beside:
+                uninterrupted = beside.submit(run_trainer, reference_argv, deadline, None, trainers)
+                try:
+                    killed = run_trainer(drill_argv, deadline, kill_step, trainers)
+                    resumed = run_trainer(drill_argv, deadline, None, trainers)
+                except BaseException:
+                    _end_all(trainers)  # the reference run too, or the pool waits for it
+                    raise
+                reference = uninterrupted.result()
+    finally:
+        _end_all(trainers)
     passed, detail = judge(config, kill_step, reference, killed, resumed)
     return DrillResult(
         passed=passed,

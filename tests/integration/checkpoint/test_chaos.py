@@ -29,7 +29,7 @@ from .trainer_proc import (
 )
 
 STEPS, SEED, EVERY, FULL_EVERY = 150, 11, 3, 6
-CAMPAIGNS, KILLS_PER_CAMPAIGN = 4, 5
+CAMPAIGNS, KILLS_PER_CAMPAIGN = 3, 4
 AIMED_CAMPAIGNS = 3  # at most, and only while no kill has landed mid-write
 
 
@@ -146,5 +146,5 @@ def test_sigkill_at_random_instants_then_resume_is_bit_exact(tmp_path: Path) -> 
         f"chaos: {kills} kills in {campaign} campaigns ({aimed} aimed at writes), {landed} left "
         f"partial writes/deletes, {time.monotonic() - began:.0f} s"
     )
-    assert kills >= 20
+    assert kills >= CAMPAIGNS * KILLS_PER_CAMPAIGN
     assert landed[".tmp"] >= 1, "no kill landed during a background write; the test lost its teeth"
