@@ -173,14 +173,6 @@ class ResumableLoader:
     def batches_per_epoch(self) -> int:
         return self.num_samples // (self.batch_size * self.world_size)
 
-    def permutation(self, epoch: int) -> torch.Tensor:
-        """The epoch's order of every sample (all ranks; each takes its own slice)."""
-        return epoch_permutation(self.num_samples, self.seed, epoch)
-
-    def batch_seed(self, epoch: int, place: int) -> int:
-        """The seed of the random draws of the batch starting at ``place`` in ``epoch``."""
-        return batch_seed(self.seed, epoch, place)
-
     def __iter__(self) -> Generator[Any, None, None]:
         """The rest of the current epoch; the position advances as each batch is taken."""
         for batch in self.loader:
