@@ -24,6 +24,7 @@ def no_saver(root: Path, model: torch.nn.Module, optimizer: torch.optim.Optimize
 def ours(root: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Saver:
     """nodeprep's async writer: blocked time is the snapshot copy (plus any wait)."""
     ckpt = Checkpointer(root, model, optimizer, keep=2, async_write=True)
+    ckpt.wait_for_writer()  # measure the writer process, not the inline saves of its start-up
 
     def finish() -> list[SaveResult]:
         ckpt.close()

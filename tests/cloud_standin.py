@@ -19,6 +19,8 @@ has none.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -109,23 +111,33 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, cloud: CloudStandIn) -> None:
+    def __init__(self, cloud: CloudStandIn, address: tuple[str, int]) -> None:
         self.cloud = cloud
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(address, _Handler)
 
 
 class CloudStandIn:
     """``with CloudStandIn("gcp") as cloud:`` serves at ``cloud.url`` until the block ends."""
 
-    def __init__(self, provider: str, token_service: bool = True) -> None:
+    def __init__(self, provider: str, token_service: bool = True, host: str = "127.0.0.1",
+                 port: int = 0, notice_file: str = "") -> None:  # fmt: skip
         self.provider = provider
         self.token_service = token_service
-        self.notice = False
+        self._notice = False
+        self.notice_file = notice_file  # a notice is posted while this file exists
         self.neighbour_notice = False  # azure: an event for another VM
         self.tokens: set[str] = set()
         self.requests: list[tuple[str, str]] = []
-        self._server = _Server(self)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._server = _Server(self, (host, port))
+        self.url = f"http://{host}:{self._server.server_address[1]}"
+
+    @property
+    def notice(self) -> bool:
+        return self._notice or bool(self.notice_file and os.path.exists(self.notice_file))
+
+    @notice.setter
+    def notice(self, value: bool) -> None:
+        self._notice = value
 
     def new_token(self) -> str:
         token = f"token-{len(self.tokens) + 1}"
@@ -141,3 +153,9 @@ class CloudStandIn:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+if __name__ == "__main__":  # inside a lab VM: python3 cloud_standin.py aws HOST PORT NOTICE_FILE
+    provider, host, port, notice_file = sys.argv[1:5]
+    standin = CloudStandIn(provider, host=host, port=int(port), notice_file=notice_file)
+    standin._server.serve_forever(poll_interval=0.05)

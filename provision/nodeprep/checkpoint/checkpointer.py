@@ -97,6 +97,7 @@ class Checkpointer:
         self.last_committed: SaveResult | None = None
         self.history: list[SaveResult] = []
         self.failures: list[SaveResult] = []
+        self._latest: SaveResult | None = None  # the newest result collected, failed or not
         self.is_writer = (dist_util.local_rank() if copies == "node" else dist_util.rank()) == 0
         self._writer: AsyncWriter | SyncWriter | None = None
         self._keeps = {"full": keep, "light": keep_light}
@@ -142,6 +143,13 @@ class Checkpointer:
         mine = [r for r in (*self.history, *self.failures) if (r.step, r.layer) == (step, layer)]
         return max(mine, key=lambda r: r.committed_time, default=None)
 
+    def wait_for_writer(self, timeout_s: float = 120.0) -> bool:
+        """Block until the background writer process takes saves (until then they are written
+        in this process); True at once without one. For tests and benchmarks of the async path."""
+        if isinstance(self._writer, AsyncWriter):
+            return self._writer.wait_ready(timeout_s)
+        return True
+
     def poll(self) -> list[SaveResult]:
         """Check, without blocking, every save that ended since the last look; call every step.
 
@@ -158,13 +166,14 @@ class Checkpointer:
     def wait(self) -> SaveResult | None:
         """Block until the in-flight save (if any) ends and check every result not yet checked.
 
-        Returns the newest of them (the one that was in flight) on rank 0.
+        Returns the newest of them (the one that was in flight), or where nothing was, the
+        newest result collected before (a save written in this process), on rank 0.
         """
         if self._writer is None:
             return None
         results = self._writer.collect(block=True)
         self._check(results)
-        return results[-1] if results else None
+        return results[-1] if results else self._latest
 
     def ensure_durable(self, step: int) -> None:
         """Raise CheckpointWriteError unless a full checkpoint of ``step`` committed (all ranks).
@@ -335,6 +344,7 @@ class Checkpointer:
         """Log and remember each result (all of them, so none is lost); returns the failed ones."""
         failed: list[SaveResult] = []
         for result in results:
+            self._latest = result
             if result.error is not None:
                 log.error("%s", result.error)
                 self.failures.append(result)

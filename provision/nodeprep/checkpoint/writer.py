@@ -7,6 +7,12 @@ only copy the trainer pays for is the snapshot itself. One save is in flight
 at most; a new request first waits for the previous one, which is also what
 makes reusing the staging buffers safe. Both writers hand back every result
 through ``collect``, so no result, failed or not, can go unread.
+
+The writer process is a fresh interpreter that imports torch: seconds on a fast node, tens
+of them on a slow one (25 s were seen on the lab's emulated VM). Until it says it has
+started, ``AsyncWriter`` writes in the calling process, as ``SyncWriter`` does: a save in
+a job's first seconds, above all an emergency save on a spot notice, never waits for that
+start-up.
 """
 
 from __future__ import annotations
@@ -101,9 +107,14 @@ class AsyncWriter:
         ctx = tmp.get_context("spawn")
         self._requests: Any = ctx.Queue()
         self._results: Any = ctx.Queue()
+        self._started: Any = ctx.Event()
+        self._ready = False  # the event seen set (it stays set): no lock taken per save after
+        self._warned = False
+        self._used = False  # anything sent to the process
+        self._inline = SyncWriter(root, keep)
         self._process = ctx.Process(
             target=_writer_main,
-            args=(self._requests, self._results, os.getpid()),
+            args=(self._requests, self._results, os.getpid(), self._started),
             name="nodeprep-checkpoint-writer",
             daemon=True,
         )
@@ -121,7 +132,12 @@ class AsyncWriter:
         A previous save still in flight is waited for first (never overlapped),
         which is also what makes reusing the staging buffers safe; its result
         stays unread for the next ``collect`` (callers collect before submitting).
+        While the writer process is still starting, the save is written here and now.
         """
+        if not self._in_flight and not self.ready():
+            self._inline.submit(step, layer, payloads, extra)
+            return
+        self._used = True
         if self._in_flight:
             self._unread.append(self._receive())
         tensors: list[torch.Tensor] = []
@@ -137,13 +153,36 @@ class AsyncWriter:
     def collect(self, block: bool) -> list[SaveResult]:
         """Every finished result not yet collected, oldest first; ``block`` waits for the one in
         flight, otherwise it is included only if the writer has already reported it."""
+        inline = self._inline.collect(block)  # written before any save went to the process
         if self._in_flight and (block or not self._results.empty()):
             self._unread.append(self._receive())
-        unread, self._unread = self._unread, []
+        unread, self._unread = [*inline, *self._unread], []
         return unread
 
+    def ready(self) -> bool:
+        """Whether the writer process has started (imported torch) and takes saves."""
+        if not self._ready:
+            self._ready = bool(self._started.is_set())
+            if not self._ready and not self._warned and not self._process.is_alive():
+                self._warned = True
+                log.warning(
+                    "the checkpoint writer process ended before it started (exit %s); "
+                    "checkpoints are written in the training process",
+                    self._process.exitcode,
+                )
+        return self._ready
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Block until the writer process has started, at most ``timeout_s``; whether it did."""
+        self._ready = self._ready or bool(self._started.wait(timeout_s))
+        return self._ready
+
     def close(self) -> None:
-        """Stop the writer after the in-flight save (if any) has ended."""
+        """Stop the writer after the in-flight save (if any) has ended; a writer that was
+        never sent a save is ended at once (it may still be importing torch)."""
+        if not self._used and self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=60)
         if self._process.is_alive():
             self._requests.put(("stop",))
             self._process.join(timeout=600)
@@ -165,7 +204,7 @@ class AsyncWriter:
             return result
 
 
-def _writer_main(requests: Any, results: Any, parent_pid: int) -> None:
+def _writer_main(requests: Any, results: Any, parent_pid: int, started: Any) -> None:
     """The writer process: die with the trainer, ignore terminal signals, write what it is sent."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -174,6 +213,7 @@ def _writer_main(requests: Any, results: Any, parent_pid: int) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(signum, signal.SIG_IGN)
     torch.set_num_threads(1)
+    started.set()  # torch is imported (spawn imported this module first): saves come here now
     buffers: dict[str, list[torch.Tensor]] = {}
     while True:
         message = requests.get()

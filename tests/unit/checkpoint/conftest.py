@@ -78,6 +78,7 @@ def checkpointer_factory(tmp_path: Path) -> Iterator[Any]:
         root = tmp_path / "ckpt"
         ckpt = Checkpointer(root, run.model, run.optimizer, extras=run.extras(), **kwargs)
         made.append(ckpt)
+        assert ckpt.wait_for_writer()  # async saves go to the process, not inline
         return ckpt
 
     yield factory

@@ -17,7 +17,7 @@ from .conftest import make_run
 
 
 def _checkpointer(root: Path, run: Any, stop_on_error: bool) -> Checkpointer:
-    return Checkpointer(
+    ckpt = Checkpointer(
         root,
         run.model,
         run.optimizer,
@@ -26,6 +26,8 @@ def _checkpointer(root: Path, run: Any, stop_on_error: bool) -> Checkpointer:
         async_write=True,
         stop_on_error=stop_on_error,
     )
+    assert ckpt.wait_for_writer()  # saves go to the process, not inline while it starts
+    return ckpt
 
 
 def test_disk_full_keeps_previous_checkpoint_and_training_goes_on(small_fs: Path) -> None:

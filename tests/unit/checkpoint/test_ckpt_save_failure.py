@@ -27,10 +27,12 @@ WRITERS = pytest.mark.parametrize("writer", [["--sync-save"], []], ids=["sync", 
 
 
 def _checkpointer(root: Path, run: Any, *, async_write: bool = True) -> Checkpointer:
-    return Checkpointer(
+    ckpt = Checkpointer(
         root, run.model, run.optimizer, extras=run.extras(), async_write=async_write,
         stop_on_error=True,
     )  # fmt: skip
+    assert ckpt.wait_for_writer()  # saves go to the process, not inline while it starts
+    return ckpt
 
 
 def _fill_after_first(small_fs: Path, async_write: bool = True) -> tuple[Any, Checkpointer]:
@@ -84,6 +86,7 @@ def test_next_save_checks_the_previous_one_before_submitting(small_fs: Path) -> 
 def test_wait_records_every_finished_save(tmp_path: Path) -> None:
     run = make_run(width=256)
     ckpt = Checkpointer(tmp_path / "ckpt", run.model, run.optimizer, keep=5)
+    assert ckpt.wait_for_writer()
     try:
         for step in (1, 2, 3):
             run.train(1)
