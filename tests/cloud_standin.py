@@ -1,5 +1,7 @@
 """A FAKE at a true boundary (no AWS, GCP or Azure account here): a real HTTP server on
-127.0.0.1 shaped like one cloud's metadata service, as the heartbeat reads it.
+127.0.0.1 shaped like one cloud's metadata service, as the heartbeat reads it. The lab's
+spot-notice story runs this file inside a lab VM, serving on an address of a dummy interface
+the test made there (``python3 cloud_standin.py aws HOST PORT NOTICE_FILE``).
 
 - aws: IMDSv2. ``PUT /latest/api/token`` with a TTL header gives a token; every GET under
   ``/latest/`` without a valid one is HTTP 401. ``spot/instance-action`` is 404 until a
@@ -10,10 +12,10 @@
 - azure: every request needs ``Metadata: true`` (else 400); ``scheduledevents`` is one JSON
   document with an ``Events`` list.
 
-``notice`` posts the provider's notice (a spot interruption, a preemption, a Preempt event
-for this VM, which Azure's stand-in calls node1; ``neighbour_notice``, a Reboot for node2);
-``token_service=False`` takes IMDSv2's token endpoint away (HTTP 404), as on a service that
-has none.
+``notice`` (or, with ``notice_file``, that file existing) posts the provider's notice (a
+spot interruption, a preemption, a Preempt event for this VM, which Azure's stand-in calls
+node1; ``neighbour_notice``, a Reboot for node2); ``token_service=False`` takes IMDSv2's
+token endpoint away (HTTP 404), as on a service that has none.
 """
 
 from __future__ import annotations

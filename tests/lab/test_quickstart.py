@@ -16,6 +16,8 @@ changes nothing; after the chain's first provision the active port is cut while 
 through the bond (failover), the second provision then changes nothing, the bond's checks
 fail by name with both links cut, and a change whose probe gets no answer is rolled back.
 The 64 MiB written to the data disk before the chain survive volume_grow's online grow.
+Last, a spot notice from a stand-in metadata service on the node reaches a job that
+`nodeprep run` started as an emergency checkpoint within 5 s (tests/lab/spot_notice.py).
 
 The torch image is the one the image tier built in this run (same path and content hash, so
 build-image skips it); provision and verify run under the mitogen strategy (`--fast`), as in
@@ -48,6 +50,7 @@ from nic_bond_helpers import (
     until,
     verify_fails_with_both_links_cut,
 )
+from spot_notice import spot_notice_gets_an_emergency_checkpoint
 from verify_helpers import SLOW_NODE_VARS, failures, run_verify, statuses
 
 from nodeprep.lab.apptainer import IMAGE_DEST
@@ -155,6 +158,8 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert code == 1, output
     assert "nothing was copied" in output, output
     assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
+
+    spot_notice_gets_an_emergency_checkpoint(lab_node, inventory, good, tmp_path)
 
 
 def a_changed_byte_fails_the_full_data_set_check(
