@@ -100,8 +100,11 @@ def endpoint(spec: dict[str, Any]) -> str:
 
 
 def torchrun_argv(spec: dict[str, Any]) -> list[str]:
-    """torchrun with the job's rendezvous, restarts and shutdown grace, then the command."""
+    """torchrun with the job's rendezvous, restarts and shutdown grace, then the command;
+    ``rdzv_conf`` (a dict), where given, adds to the rendezvous's settings."""
     is_host = rdzv_is_host(spec)
+    conf = {"is_host": str(is_host).lower()} if is_host is not None else {}
+    conf.update({str(k): str(v) for k, v in (spec.get("rdzv_conf") or {}).items()})
     return [
         "python3", "-m", TORCHRUN_MODULE,
         "--nnodes", str(spec["nnodes"]),
@@ -112,7 +115,7 @@ def torchrun_argv(spec: dict[str, Any]) -> list[str]:
         "--rdzv-id", rdzv_id(spec["name"]),
         "--shutdown-timeout", str(int(spec["shutdown_timeout_s"])),
         *(["--local-addr", spec["local_addr"]] if spec.get("local_addr") else []),
-        *(["--rdzv-conf", f"is_host={str(is_host).lower()}"] if is_host is not None else []),
+        *(["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())] if conf else []),
         *spec["command"],
     ]  # fmt: skip
 

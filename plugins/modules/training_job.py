@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils import interconnect as ic
 from ansible_collections.nodeprep.hardening.plugins.module_utils import job
 from ansible_collections.nodeprep.hardening.plugins.module_utils.checkpoint_manifest import (
     CheckpointInvalidError,
@@ -49,11 +50,19 @@ description:
   - C(action=stop) records the stop, removes the boot unit and sends SIGTERM to torchrun,
     which passes it to every rank (each saves an emergency checkpoint and exits 143); it
     waits I(stop_timeout_s) and reports what still runs, never killing it unless I(kill).
+  - C(action=interconnect) is verify's check C(interconnect.allreduce), run on every selected
+    node at once - torchrun (no restarts, I(nnodes) nodes, the c10d rendezvous of the other
+    actions with the rendezvous id C(nodeprep-interconnect)) of C(python3 -m
+    nodeprep.interconnect) inside the image, in the foreground, as I(user). It returns the
+    check under C(nodeprep_job.check) - passed when the largest size's bus bandwidth is at least
+    I(min_busbw_gbps) and the smallest size's time at most I(max_latency_ms); skipped with
+    one node, or without an image and a launcher - and the figures under
+    C(nodeprep_job.figures). Nothing is written on the node.
 options:
   action:
     description: What to do.
     type: str
-    choices: [check, start, status, stop]
+    choices: [check, start, status, stop, interconnect]
     required: true
   name:
     description: The job name; also the tmux session's name and part of the unit's.
@@ -172,6 +181,34 @@ options:
     description: Where the roles' markers are (the apptainer role's names the image).
     type: path
     default: /etc/nodeprep/roles
+  sizes:
+    description: C(interconnect) - the all-reduce message sizes, in bytes.
+    type: list
+    elements: int
+    default: [4096, 1048576, 16777216]
+  iters:
+    description: C(interconnect) - timed rounds per size (after two untimed ones).
+    type: int
+    default: 10
+  min_busbw_gbps:
+    description: C(interconnect) - the least bus bandwidth at the largest size, in Gbit/s; 0
+      does not check it.
+    type: float
+    default: 0
+  max_latency_ms:
+    description: C(interconnect) - the most time the smallest size may take, in ms; 0 does not
+      check it.
+    type: float
+    default: 0
+  timeout_s:
+    description: C(interconnect) - seconds the rendezvous and the measurement may take, each.
+    type: int
+    default: 180
+  prepare:
+    description: C(interconnect) - only say whether this node can take part
+      (C(nodeprep_job.ready)), and if not, its check; nothing is started.
+    type: bool
+    default: false
 notes:
   - Runs as root (become); the session runs as I(user).
 author: nodeprep developers
@@ -194,6 +231,19 @@ nodeprep_job:
   description: What the action found or did on this node (state, session, step, log_age_s,
     checkpoint, emergency, heartbeat, tail, stopped, still_running, problem).
   returned: always
+  type: dict
+nodeprep_job.check:
+  description: C(interconnect) - the check's result (check, passed, detail, skip).
+  returned: with action=interconnect
+  type: dict
+nodeprep_job.ready:
+  description: C(interconnect) - whether this node can take part (image, address).
+  returned: with action=interconnect
+  type: bool
+nodeprep_job.figures:
+  description: C(interconnect) - what the measurement printed (backend, ranks, nodes, and
+    per size bytes, time_ms, algbw_gbps, busbw_gbps), or null.
+  returned: with action=interconnect
   type: dict
 nodeprep_refused:
   description: True when C(check) refused to start (the message says why).
@@ -541,13 +591,80 @@ def stop(node: Node) -> dict[str, Any]:
     return result
 
 
+def interconnect_argv(node: Node) -> tuple[list[str], dict[str, Any] | None]:
+    """The measurement's command on this node, or why it cannot run here (a check result)."""
+    p = node.p
+    if len(p["nodes"]) < 2:
+        return [], ic.result(False, "", "one node selected: no interconnect between nodes to "
+                             "measure; select two or more")  # fmt: skip
+    facts = image_facts(node)
+    if not p["launcher"] and not facts["image"]:
+        return [], ic.result(False, "", f"no trainer image on {node.host}: apply the apptainer "
+                             "role, or set job_launcher")  # fmt: skip
+    if not p["launcher"] and not os.path.isfile(facts["image"]):
+        return [], ic.result(
+            False,
+            f"image {facts['image']} is missing on {node.host}; apply "
+            "the apptainer role again, or set job_image to the image's path",
+        )
+    if not p["launcher"] and node.account.pw_uid != 0 and not squashfuse():
+        return [], ic.result(False, f"apptainer on {node.host} cannot mount {facts['image']} "
+                             f"for {p['user']} (squashfuse is not installed) and would unpack "
+                             "the whole image first; install squashfuse on the node, or set "
+                             "job_user to root")  # fmt: skip
+    ifname = interface_of(node, p["local_addr"]) if p["local_addr"] else ""
+    if p["local_addr"] and not ifname:
+        return [], ic.result(False, f"job_address {p['local_addr']} is not an address of "
+                             f"{node.host}; set job_address to its address on the network "
+                             "between the nodes")  # fmt: skip
+    nv = p["nv"] == "yes" or (p["nv"] == "auto" and os.path.exists("/dev/nvidia0"))
+    prefix = job.launcher(facts["image"], facts["exec_options"], nv, [], p["launcher"] or None)
+    timeout_s = int(p["timeout_s"])
+    spec = dict(p, max_restarts=0, shutdown_timeout_s=10, rdzv_conf={"join_timeout": timeout_s},
+                command=["-m", "nodeprep.interconnect", "--iters", str(p["iters"]),
+                         "--sizes", ",".join(str(s) for s in p["sizes"]),
+                         "--timeout-s", str(timeout_s)])  # fmt: skip
+    env = {"PYTHONUNBUFFERED": "1", **{str(k): str(v) for k, v in p["env"].items()}}
+    if ifname:  # gloo and NCCL's sockets on the network the rendezvous uses
+        env.setdefault("GLOO_SOCKET_IFNAME", ifname)
+        env.setdefault("NCCL_SOCKET_IFNAME", ifname)
+    argv = ["timeout", "-k", "10", str(2 * timeout_s + 30),
+            *node.as_user(["env", *(f"{k}={v}" for k, v in sorted(env.items())),
+                           *prefix, *job.torchrun_argv(spec)])]  # fmt: skip
+    return argv, None
+
+
+def measure_interconnect(node: Node) -> dict[str, Any]:
+    """verify's interconnect.allreduce on this node (see the module's description); with
+    I(prepare), only whether this node can take part (``ready``), nothing started."""
+    p = node.p
+    argv, cannot = interconnect_argv(node)
+    found: dict[str, Any] = {"host": node.host, "ready": cannot is None, "figures": None,
+                             "check": cannot}  # fmt: skip
+    if cannot is not None or p["prepare"]:
+        return found
+    began = time.monotonic()
+    rc, out, err = probe(node.module, argv)
+    figures = ic.figures_from(out)
+    found.update(figures=figures, seconds=round(time.monotonic() - began, 1))
+    if rc == 0 and figures is not None:
+        found["check"] = ic.judge(figures, float(p["min_busbw_gbps"]), float(p["max_latency_ms"]),
+                                  len(p["nodes"]))  # fmt: skip
+        return found
+    said = "timed out" if rc in (124, 137) else ic.why_failed(rc, out, err)
+    found["check"] = ic.result(
+        False, f"the all-reduce among {len(p['nodes'])} nodes (rendezvous "
+        f"{job.endpoint(p)}) failed on {node.host} (exit {rc}): {said}")  # fmt: skip
+    return found
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "action": {
                 "type": "str",
                 "required": True,
-                "choices": ["check", "start", "status", "stop"],
+                "choices": ["check", "start", "status", "stop", "interconnect"],
             },
             "name": {"type": "str", "required": True},
             "user": {"type": "str", "required": True},
@@ -579,6 +696,12 @@ def main() -> None:
             },
             "marker_dir": {"type": "path", "default": MARKER_DIR},
             "image_checked": {"type": "bool", "default": False},
+            "sizes": {"type": "list", "elements": "int", "default": [4096, 1 << 20, 16 << 20]},
+            "iters": {"type": "int", "default": 10},
+            "min_busbw_gbps": {"type": "float", "default": 0.0},
+            "max_latency_ms": {"type": "float", "default": 0.0},
+            "timeout_s": {"type": "int", "default": 180},
+            "prepare": {"type": "bool", "default": False},
         },
         supports_check_mode=False,
     )
@@ -591,6 +714,8 @@ def main() -> None:
     if not os.path.isabs(p["run_dir"]):
         module.fail_json(msg=f"run_dir {p['run_dir']} is not absolute.", nodeprep_refused=True,
                          nodeprep_job={})  # fmt: skip
+    if p["action"] == "interconnect":
+        module.exit_json(changed=False, nodeprep_job=measure_interconnect(Node(module)))
     if shutil.which(p["tmux"]) is None and not os.path.isfile(p["tmux"]):
         module.fail_json(msg=f"tmux ({p['tmux']}) is not installed on {os.uname()[1]}; apply "
                          "the tmux role.", nodeprep_refused=True, nodeprep_job={})  # fmt: skip

@@ -28,9 +28,10 @@ NODE_VARS: dict[str, Any] = {
     "node_checks_disk_paths": [{"path": "/data", "min_size_gb": 0.9, "min_free_gb": 0.2}],
     "node_checks_checkpoint_dirs": [CKPT],
 }
-# The fleet's nodes have no GPU and no torch; apptainer and the bond are not applied there.
+# The fleet's nodes have no GPU and no torch; apptainer and the bond are not applied there
+# (so the interconnect check, which runs in the image, skips too).
 SKIPPED = {"gpu.driver", "gpu.count", "gpu.temperature", "gpu.ecc", "gpu.xid", "smoke.drill",
-           "apptainer.present", "apptainer.image_hash", "apptainer.runs",
+           "apptainer.present", "apptainer.image_hash", "apptainer.runs", "interconnect.allreduce",
            "nic_bond.mode", "nic_bond.miimon", "nic_bond.members_up", "nic_bond.active_member",
            "nic_bond.peer"}  # fmt: skip
 # What break_node breaks, by the checks that must fail.

@@ -15,7 +15,8 @@ import ast
 import sys
 from pathlib import Path
 
-NODE_SIDE = ("checkpoint", "trainer", "data", "heartbeat", "smoke", "contract", "progress")
+NODE_SIDE = ("checkpoint", "trainer", "data", "heartbeat", "smoke", "contract", "progress",
+             "interconnect")  # fmt: skip
 CONTROLLER_SIDE = (
     "cli", "runner", "inventory", "report", "rollout", "image", "lab", "wheel", "paths",
     "checks", "textfile", "debmirror",

@@ -68,6 +68,17 @@ def invoke(*args: str) -> tuple[int, str]:
         ("provision", '{"dataset_allowed_roots": ["data"]}',
          "dataset_allowed_roots holds 'data'; each must be an absolute, normalised path"),
         ("provision", "dataset_retry_max_attempts=many", "for role dataset"),
+        # The interconnect check's limits and sizes (role interconnect, entry point verify).
+        ("verify", "interconnect_min_busbw_gbps=-1",
+         "interconnect_min_busbw_gbps = '-1' is not valid for role interconnect (give a "
+         "number of at least 0)"),
+        ("verify", "interconnect_iters=0", "(give a number of at least 1)"),
+        ("verify", "interconnect_rdzv_port=70000", "at least 1 and at most 65535"),
+        ("verify", "interconnect_max_latency_ms=fast", "for role interconnect"),
+        ("verify", '{"interconnect_sizes": [4096, 2]}',
+         "(give one or more message sizes in bytes, each at least 4)"),
+        ("verify", '{"interconnect_sizes": []}', "each at least 4"),
+        ("verify", "interconnect_sizes=4096,2", "(give one or more message sizes in bytes"),
     ],
 )  # fmt: skip
 def test_a_wrong_value_given_with_e_is_refused(
@@ -112,7 +123,9 @@ def test_a_wrong_value_in_the_inventory_names_the_host_and_e_overrides_it(
 def test_good_values_and_names_no_role_declares_pass() -> None:
     good = {"nic_bond_members": ["ens4", "ens5"], "nic_bond_miimon": "100",
             "volume_grow_volumes": [{"device": "/dev/vdb"}], "preflight_min_free_gb": 10,
-            "heartbeat_probes": [{"name": "gpu", "type": "gpu"}], "my_var": object()}  # fmt: skip
+            "heartbeat_probes": [{"name": "gpu", "type": "gpu"}], "my_var": object(),
+            "interconnect_sizes": "4096", "interconnect_rdzv_port": "29410",
+            "interconnect_min_busbw_gbps": 0}  # fmt: skip
     rolevars.check(good, "-e")
     with pytest.raises(rolevars.RoleVarError) as caught:
         rolevars.check({**good, "tmux_users": {"a": 1}}, "-e")

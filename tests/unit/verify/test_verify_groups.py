@@ -28,7 +28,7 @@ def test_the_playbook_reads_the_one_declaration() -> None:
     play = yaml.safe_load((ROOT / "playbooks" / "verify.yml").read_text())[0]
     assert play["vars_files"] == ["vars/checks.yml"]
     assert GROUPS == ("preflight", "tmux", "nic_bond", "apptainer", "volume_grow", "heartbeat",
-                      "dataset", "smoke", "disk", "checkpoint", "gpu")  # fmt: skip
+                      "dataset", "smoke", "disk", "checkpoint", "gpu", "interconnect")  # fmt: skip
     assert DRILL_GROUP == "drill"
 
 
