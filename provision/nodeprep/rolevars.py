@@ -69,9 +69,9 @@ def problem(name: str, value: Any) -> str | None:
         for err in result.errors.errors
     ]
     said = next((m for m in messages if name in m), messages[0]) if messages else None
-    if said is None:  # judged as the role sees it: "4096,16384" given with -e is a list
-        value_seen = result.validated_parameters.get(name, value)
-        said = _shape(name, value_seen) or _inside(name, value_seen)
+    if said is None and name in _BOUNDED:  # as the role sees it: "4096,16384" is a list
+        said = _bounded(name, result.validated_parameters.get(name, value))
+    said = said or _shape(name, value) or _inside(name, value)
     if said is None:
         return None
     return (
@@ -82,6 +82,7 @@ def problem(name: str, value: Any) -> str | None:
 # Numbers a spec's type cannot bound: the least value (and the port's most).
 _LEAST = {"interconnect_iters": 1, "interconnect_timeout_s": 1, "interconnect_rdzv_port": 1,
           "interconnect_min_busbw_gbps": 0, "interconnect_max_latency_ms": 0}  # fmt: skip
+_BOUNDED = {*_LEAST, "interconnect_sizes"}
 
 
 def _bounded(name: str, value: Any) -> str | None:
@@ -97,9 +98,7 @@ def _bounded(name: str, value: Any) -> str | None:
 
 
 def _shape(name: str, value: Any) -> str | None:
-    """What a spec's type cannot say of a path, URL or bounded number (None: fine, or not one)."""
-    if name in _LEAST or name == "interconnect_sizes":
-        return _bounded(name, value)
+    """What a spec's type cannot say of a path or URL variable (None: fine, or not one)."""
     if name in ("heartbeat_watch_paths", "smoke_data"):
         given = value if isinstance(value, list) else [value] if value else []
         relative = [path for path in given if not str(path).startswith("/")]
