@@ -54,18 +54,6 @@ def test_saves_before_the_writer_started_are_written_in_the_caller_then_in_the_p
     assert_same_state(run, restored)
 
 
-def test_an_emergency_save_without_the_writer_process_returns_its_result(tmp_path: Path) -> None:
-    """save_and_wait's result is the save's own, also where ``save`` collected it already."""
-    run = make_run()
-    ckpt = Checkpointer(tmp_path / "ckpt", run.model, run.optimizer, extras=run.extras(),
-                        async_write=False)  # fmt: skip
-    run.train(1)
-    result = ckpt.save_and_wait(1)
-    assert result is not None
-    assert result.step == 1
-    assert result.path == str(committed(ckpt.root)[0])
-
-
 def test_wait_returns_an_inline_save_and_close_ends_a_writer_never_used(tmp_path: Path) -> None:
     run = make_run()
     ckpt = Checkpointer(tmp_path / "ckpt", run.model, run.optimizer, extras=run.extras())
