@@ -206,9 +206,17 @@ options:
     default: 180
   prepare:
     description: C(interconnect) - only say whether this node can take part
-      (C(nodeprep_job.ready)), and if not, its check; nothing is started.
+      (C(nodeprep_job.ready)), and if not, its check; when it can, the command that measures
+      (C(nodeprep_job.argv), run as root); nothing is started.
     type: bool
     default: false
+  measured:
+    description: C(interconnect) - what the command of I(prepare) did when a task ran it
+      (C(rc), C(stdout), C(stderr) and C(msg) of an C(async_status) result); the module then
+      only judges it. verify runs the command as an Ansible C(async) task of
+      M(ansible.builtin.command), which Mitogen's strategy runs too, where an C(async) task
+      of this module does not finish.
+    type: dict
 notes:
   - Runs as root (become); the session runs as I(user).
 author: nodeprep developers
@@ -240,6 +248,12 @@ nodeprep_job.ready:
   description: C(interconnect) - whether this node can take part (image, address).
   returned: with action=interconnect
   type: bool
+nodeprep_job.argv:
+  description: C(interconnect) with I(prepare) - the command that measures on this node (run
+    it as root), or an empty list where the node cannot take part.
+  returned: with action=interconnect and prepare
+  type: list
+  elements: str
 nodeprep_job.figures:
   description: C(interconnect) - what the measurement printed (backend, ranks, nodes, and
     per size bytes, time_ms, algbw_gbps, busbw_gbps), or null.
@@ -636,22 +650,42 @@ def interconnect_argv(node: Node) -> tuple[list[str], dict[str, Any] | None]:
 
 def measure_interconnect(node: Node) -> dict[str, Any]:
     """verify's interconnect.allreduce on this node (see the module's description); with
-    I(prepare), only whether this node can take part (``ready``), nothing started."""
+    I(prepare), only whether this node can take part (``ready``) and the command that
+    measures (``argv``), nothing started; with I(measured), the verdict on what that command
+    did when something else ran it."""
     p = node.p
+    if p["measured"] is not None:
+        return judge_interconnect(node, p["measured"])
     argv, cannot = interconnect_argv(node)
     found: dict[str, Any] = {"host": node.host, "ready": cannot is None, "figures": None,
-                             "check": cannot}  # fmt: skip
+                             "check": cannot, "argv": argv}  # fmt: skip
     if cannot is not None or p["prepare"]:
         return found
     began = time.monotonic()
     rc, out, err = probe(node.module, argv)
+    found.update(judge_interconnect(node, {"rc": rc, "stdout": out, "stderr": err}),
+                 seconds=round(time.monotonic() - began, 1))  # fmt: skip
+    return found
+
+
+def judge_interconnect(node: Node, measured: dict[str, Any]) -> dict[str, Any]:
+    """The check from the measuring command's exit status and output (I(measured): rc,
+    stdout, stderr, and msg where the command never reported)."""
+    p = node.p
+    rc, out, err = measured.get("rc"), str(measured.get("stdout") or ""), \
+        str(measured.get("stderr") or "")  # fmt: skip
     figures = ic.figures_from(out)
-    found.update(figures=figures, seconds=round(time.monotonic() - began, 1))
+    found: dict[str, Any] = {"host": node.host, "ready": True, "figures": figures}
     if rc == 0 and figures is not None:
         found["check"] = ic.judge(figures, float(p["min_busbw_gbps"]), float(p["max_latency_ms"]),
                                   len(p["nodes"]))  # fmt: skip
         return found
-    said = "timed out" if rc in (124, 137) else ic.why_failed(rc, out, err)
+    if rc is None:
+        said = (
+            f"the measurement did not report an exit status ({measured.get('msg') or 'no output'})"
+        )
+    else:
+        said = "timed out" if rc in (124, 137) else ic.why_failed(int(rc), out, err)
     found["check"] = ic.result(
         False, f"the all-reduce among {len(p['nodes'])} nodes (rendezvous "
         f"{job.endpoint(p)}) failed on {node.host} (exit {rc}): {said}")  # fmt: skip
@@ -702,6 +736,7 @@ def main() -> None:
             "max_latency_ms": {"type": "float", "default": 0.0},
             "timeout_s": {"type": "int", "default": 180},
             "prepare": {"type": "bool", "default": False},
+            "measured": {"type": "dict"},
         },
         supports_check_mode=False,
     )

@@ -62,12 +62,15 @@ def checks(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {r["host"]: (r["status"], r["detail"]) for r in report["results"]}
 
 
+@pytest.mark.parametrize("strategy", [[], ["--fast"]], ids=["linear", "mitogen"])
 def test_one_measurement_passes_one_node_and_fails_the_other_on_its_own_limit(
-    tmp_path: Path,
+    tmp_path: Path, strategy: list[str]
 ) -> None:
-    """The limits are per node: node-b asks for more bus bandwidth than loopback gives."""
+    """The limits are per node: node-b asks for more bus bandwidth than loopback gives. Under
+    both strategies: Mitogen's (--fast) never finished the measurement when it was an async
+    task of the module itself (ansible-core 2.19), which a lab fleet found."""
     code, out, report = verify(inventory(tmp_path, node_b="interconnect_min_busbw_gbps=100000"),
-                               tmp_path)  # fmt: skip
+                               tmp_path, *strategy)  # fmt: skip
     assert code == 1, out
     found = checks(report)
     assert set(found) == {"node-a", "node-b"}, found
