@@ -49,7 +49,8 @@ test-integration: setup
 test-lab: setup
 	@bash .ci/timed lab -- $(PYTEST) --durations=20 -m "not lab_long" tests/lab
 
-# Lab stories longer than the CI budget allows (the two-node job: about half an hour here).
+# Lab stories longer than the CI budget allows (the two-node job: about half an hour here;
+# the interconnect check between two nodes: about 14 minutes).
 test-lab-long: setup
 	@bash .ci/timed lab-long -- $(PYTEST) --durations=20 -m lab_long tests/lab
 

@@ -53,3 +53,19 @@ def lab_cli(*argv: str) -> None:
 
     done = CliRunner().invoke(cli, ["lab", *argv])
     assert done.exit_code == 0, done.output
+
+
+def provision_with_image(tmp_path: Path, torch_image: Path, tags: str, *args: str) -> Path:
+    """The running lab's inventory, provisioned (--fast) with TAGS and the trainer image
+    TORCH_IMAGE (`nodeprep lab apptainer-vars`), as a user runs it; its path."""
+    inventory = tmp_path / "fleet.ini"
+    lab_cli("inventory", "--output", str(inventory))
+    image_vars = tmp_path / "apptainer.json"
+    lab_cli("apptainer-vars", str(torch_image), "--output", str(image_vars))
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("nodeprep")), "provision", str(inventory), "--fast",
+         "--tags", tags, "-e", f"@{image_vars}", *args],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    return inventory

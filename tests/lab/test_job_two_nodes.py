@@ -13,14 +13,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import job_two_nodes
 import pytest
 from lab_helpers import lab_cli as lab
 from lab_helpers import node_sh as sh
+from lab_helpers import provision_with_image
 
 from nodeprep.lab.state import LabState
 
@@ -31,16 +30,7 @@ KEEP = os.environ.get("NODEPREP_TEST_KEEP", "")
 def test_two_node_job_survives_logout_sigkill_and_a_power_cycle_and_ends_bit_exact(
     fleet: LabState, tmp_path: Path, torch_image: Path
 ) -> None:
-    inventory = tmp_path / "fleet.ini"
-    lab("inventory", "--output", str(inventory))
-    image_vars = tmp_path / "apptainer.json"
-    lab("apptainer-vars", str(torch_image), "--output", str(image_vars))
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("nodeprep")), "provision", str(inventory), "--fast",
-         "--tags", "tmux,nic_bond,apptainer", "-e", f"@{image_vars}"],
-        capture_output=True, text=True, timeout=1800, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    inventory = provision_with_image(tmp_path, torch_image, "tmux,nic_bond,apptainer")
     keep = Path(KEEP) if KEEP else None
     story = job_two_nodes.Story(functools.partial(sh, fleet), lab, inventory, dict(os.environ),
                                 tmp_path, keep / "job-two-nodes.txt" if keep else None)  # fmt: skip
