@@ -46,6 +46,18 @@ def figures_from(stdout: str) -> dict[str, Any] | None:
     return None
 
 
+def exit_status(value: Any) -> int | None:
+    """An exit status as a task result carries it: an int under ansible-core 2.19, the text
+    "0" where older versions render templates to strings; None (or "") where the command
+    never reported one."""
+    if value is None or isinstance(value, bool) or str(value).strip() == "":
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
 def why_failed(rc: int, stdout: str, stderr: str) -> str:
     """One line for a run that printed no figures: the most telling line of its output."""
     del rc  # the caller says the exit status itself

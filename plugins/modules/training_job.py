@@ -249,9 +249,9 @@ nodeprep_job.ready:
   returned: with action=interconnect
   type: bool
 nodeprep_job.argv:
-  description: C(interconnect) with I(prepare) - the command that measures on this node (run
-    it as root), or an empty list where the node cannot take part.
-  returned: with action=interconnect and prepare
+  description: C(interconnect) - the command that measures on this node (run it as root), or
+    an empty list where the node cannot take part.
+  returned: with action=interconnect, without I(measured)
   type: list
   elements: str
 nodeprep_job.figures:
@@ -672,8 +672,9 @@ def judge_interconnect(node: Node, measured: dict[str, Any]) -> dict[str, Any]:
     """The check from the measuring command's exit status and output (I(measured): rc,
     stdout, stderr, and msg where the command never reported)."""
     p = node.p
-    rc, out, err = measured.get("rc"), str(measured.get("stdout") or ""), \
-        str(measured.get("stderr") or "")  # fmt: skip
+    rc = ic.exit_status(measured.get("rc"))
+    out, err = str(measured.get("stdout") or ""), str(measured.get("stderr") or "")
+    msg = str(measured.get("msg") or "")
     figures = ic.figures_from(out)
     found: dict[str, Any] = {"host": node.host, "ready": True, "figures": figures}
     if rc == 0 and figures is not None:
@@ -681,11 +682,11 @@ def judge_interconnect(node: Node, measured: dict[str, Any]) -> dict[str, Any]:
                                   len(p["nodes"]))  # fmt: skip
         return found
     if rc is None:
-        said = (
-            f"the measurement did not report an exit status ({measured.get('msg') or 'no output'})"
-        )
-    else:
-        said = "timed out" if rc in (124, 137) else ic.why_failed(int(rc), out, err)
+        said = f"the measurement did not report an exit status ({msg or 'no output'})"
+    elif rc in (124, 137):
+        said = "timed out"
+    else:  # a command that could not start says why only in msg
+        said = ic.why_failed(rc, out, err) if out.strip() or err.strip() or not msg else msg
     found["check"] = ic.result(
         False, f"the all-reduce among {len(p['nodes'])} nodes (rendezvous "
         f"{job.endpoint(p)}) failed on {node.host} (exit {rc}): {said}")  # fmt: skip

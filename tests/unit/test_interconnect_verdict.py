@@ -96,6 +96,19 @@ def test_a_failed_run_is_told_by_its_most_telling_line(stderr: str, said: str) -
     assert ic.why_failed(1, "", stderr).startswith(said)
 
 
+@pytest.mark.parametrize(
+    ("value", "status"),
+    [(0, 0), ("0", 0), (" 124 ", 124), (1, 1), (None, None), ("", None), ("None", None),
+     (True, None)],
+)  # fmt: skip
+def test_an_exit_status_reads_the_same_rendered_natively_or_as_text(
+    value: object, status: int | None
+) -> None:
+    """ansible-core 2.19 keeps a task result's rc an int; older versions render it as text,
+    and a command that never reported one as ""."""
+    assert ic.exit_status(value) == status
+
+
 def test_sizes_read_as_people_write_them() -> None:
     assert [ic.size_text(n) for n in (4096, 1 << 20, 16 << 20, 1000)] == [
         "4 KiB", "1 MiB", "16 MiB", "1000 B"]  # fmt: skip
