@@ -122,118 +122,16 @@ fs_growable:
   sample: true
 """
 
-import glob
-import json
-import os
-import time
-from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils import volume_grow as vg
 
-GROWABLE = ("ext2", "ext3", "ext4", "xfs")
 # os-release ID / ID_LIKE words -> the package that ships growpart there.
 GROWPART_PACKAGES = (
     (("rhel", "fedora", "centos"), "cloud-utils-growpart"),
     (("suse", "opensuse"), "growpart"),
 )
 DEFAULT_GROWPART_PACKAGE = "cloud-guest-utils"
-GIB = 1024**3
-
-
-def by_id(module: AnsibleModule, volume_id: str) -> str:
-    suffix = volume_id.replace("-", "")
-    links = [p for p in sorted(glob.glob("/dev/disk/by-id/*")) if p.endswith(suffix)]
-    if not links:
-        module.fail_json(
-            msg=f"No block device on this node belongs to EBS volume {volume_id} (no "
-            f"/dev/disk/by-id link ends in {suffix}); attach the volume or set device."
-        )
-    return os.path.realpath(links[0])
-
-
-def from_mount(module: AnsibleModule, mount: str) -> str:
-    rc, out, err = module.run_command(
-        ["findmnt", "--json", "--output", "SOURCE", "--target", mount]
-    )
-    if rc != 0:
-        module.fail_json(
-            msg=f"Nothing is mounted at {mount} ({err.strip()}); fix the mount or the mount "
-            "point in volume_grow_volumes."
-        )
-    source: str = json.loads(out)["filesystems"][0]["source"]
-    tree = lsblk(module, source)
-    parent = tree.get("pkname")
-    return "/dev/" + parent if parent else source
-
-
-def lsblk(module: AnsibleModule, device: str) -> dict[str, Any]:
-    rc, out, err = module.run_command(
-        [
-            "lsblk",
-            "--json",
-            "--bytes",
-            "--output",
-            "NAME,PATH,TYPE,FSTYPE,MOUNTPOINT,SIZE,PKNAME",
-            device,
-        ]
-    )
-    if rc != 0:
-        module.fail_json(
-            msg=f"{device} is not a block device on this node ({err.strip()}); check the device "
-            "in volume_grow_volumes."
-        )
-    found: dict[str, Any] = json.loads(out)["blockdevices"][0]
-    return found
-
-
-def disk_bytes(device: str) -> int:
-    name = os.path.basename(os.path.realpath(device))
-    with open(f"/sys/class/block/{name}/size") as handle:
-        return int(handle.read()) * 512
-
-
-def refuse_shrink(module: AnsibleModule, disk: str, size_gb: int) -> None:
-    """A size of 0 or less, or below the disk's size now, is a mistake: volumes only grow."""
-    current = disk_bytes(disk)
-    if size_gb < 1 or current > size_gb * GIB:
-        module.fail_json(
-            msg=f"size_gb {size_gb} for {disk} is below its current {current / GIB:.1f} GiB; "
-            f"volumes only grow, so set size_gb to {-(-current // GIB)} or more, or leave it out."
-        )
-
-
-def wait_for_size(module: AnsibleModule, disk: str, size_gb: int) -> None:
-    deadline = time.monotonic() + module.params["wait_seconds"]
-    while disk_bytes(disk) < size_gb * GIB:
-        if time.monotonic() > deadline:
-            module.fail_json(
-                msg=f"The kernel still sees {disk} as {disk_bytes(disk) / GIB:.1f} GiB after "
-                f"{module.params['wait_seconds']} s, less than the {size_gb} GiB requested; "
-                "check that the volume was resized and attached to this node."
-            )
-        time.sleep(1)
-
-
-def target(module: AnsibleModule, disk: str) -> tuple[dict[str, Any], str | None, int | None]:
-    """The partition to grow (the one holding the filesystem) or the whole disk."""
-    tree = lsblk(module, disk)
-    if tree["type"] != "disk":
-        module.fail_json(
-            msg="{} is a {}, not a whole disk; name the disk (e.g. /dev/vdb), not "
-            "a partition.".format(disk, tree["type"])
-        )
-    parts = [c for c in tree.get("children") or [] if c["type"] == "part"]
-    if not parts:
-        return tree, None, None
-    if len(parts) > 1:
-        module.fail_json(
-            msg=f"{disk} has {len(parts)} partitions; nodeprep grows only disks with one "
-            "partition, so grow this one by hand."
-        )
-    part = parts[0]
-    with open("/sys/class/block/{}/partition".format(part["name"])) as handle:
-        number = int(handle.read())
-    return part, part["path"], number
 
 
 def main() -> None:
@@ -249,32 +147,17 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    disk = by_id(module, p["volume_id"]) if p["volume_id"] else None
-    named = os.path.realpath(p["device"]) if p["device"] else None
-    if disk and named and disk != named:
-        module.fail_json(
-            msg="EBS volume {} is {} on this node, not {}; refusing to touch a "
-            "device that is not the volume's.".format(p["volume_id"], disk, named)
-        )
-    disk = disk or named or from_mount(module, p["mount"])
-    if p["size_gb"] is not None:
-        refuse_shrink(module, disk, p["size_gb"])
-        wait_for_size(module, disk, p["size_gb"])
-    node, partition, number = target(module, disk)
-    fstype = node.get("fstype")
-    if fstype == "LVM2_member":
-        module.fail_json(
-            msg="%s holds an LVM physical volume; nodeprep does not grow LVM yet, "
-            "so run pvresize and lvextend by hand." % (partition or disk)
-        )
-    if fstype not in GROWABLE:
-        module.fail_json(
-            msg="{} has filesystem {}, which nodeprep does not grow (it grows {}); "
-            "left untouched.".format(
-                partition or disk, fstype or "none/unknown", ", ".join(GROWABLE)
-            )
-        )
-    assert fstype is not None  # fail_json above exits unless fstype is one of GROWABLE
+    run = module.run_command
+    try:
+        disk = vg.resolve_disk(run, p["volume_id"], p["device"], p["mount"])
+        if p["size_gb"] is not None:
+            vg.refuse_shrink(disk, p["size_gb"])
+            vg.wait_for_size(disk, p["size_gb"], p["wait_seconds"])
+        node, partition, number = vg.target(run, disk)
+        fstype = vg.check_fstype(node.get("fstype"), partition or disk)
+        growable = vg.fs_growable(run, partition or disk, fstype)
+    except vg.GrowError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(
         changed=False,
         disk=disk,
@@ -283,8 +166,8 @@ def main() -> None:
         filesystem_device=partition or disk,
         fstype=fstype,
         mountpoint=node.get("mountpoint"),
-        disk_bytes=disk_bytes(disk),
-        fs_growable=fs_growable(module, partition or disk, fstype),
+        disk_bytes=vg.disk_bytes(disk),
+        fs_growable=growable,
         growpart_package=None if partition is None else missing_growpart(module),
     )
 
@@ -317,25 +200,6 @@ def growpart_package(words: set[str]) -> str:
         if words.intersection(ids):
             return package
     return DEFAULT_GROWPART_PACKAGE
-
-
-def fs_growable(module: AnsibleModule, device: str, fstype: str) -> bool:
-    """Whether the filesystem can gain at least one block from its device.
-
-    community.general.filesystem compares sizes to the byte, so an ext filesystem whose
-    device ends in a partial block would be "grown" (a no-op) on every run; xfs has its
-    own slack there.
-    """
-    if not fstype.startswith("ext"):
-        return True
-    rc, out, err = module.run_command(["dumpe2fs", "-h", device])
-    if rc != 0:
-        module.fail_json(
-            msg=f"dumpe2fs cannot read {device} ({err.strip()}); check the filesystem."
-        )
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    block = int(fields["Block size"])
-    return disk_bytes(device) - int(fields["Block count"]) * block >= block
 
 
 if __name__ == "__main__":

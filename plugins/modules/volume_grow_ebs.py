@@ -125,110 +125,13 @@ progress:
 """
 
 import contextlib
-import re
-import time
-from datetime import datetime, timedelta, timezone
-from typing import Any
 
 # amazon.aws and botocore ship no type information: both are Any here (pyproject's mypy).
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils import volume_grow as vg
 
 with contextlib.suppress(ImportError):  # AnsibleAWSModule reports a missing botocore itself.
     import botocore
-
-VOLUME_ID = re.compile(r"^vol-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
-USABLE = ("optimizing", "completed")
-
-
-def describe(module: AnsibleAWSModule, ec2: Any, volume_id: str) -> Any:
-    try:
-        return ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]
-    except botocore.exceptions.ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        if code in ("InvalidVolume.NotFound", "InvalidVolume.Malformed"):
-            module.fail_json(
-                msg=f"EBS volume {volume_id} does not exist in region {module.region}; "
-                "check the id in volume_grow_volumes."
-            )
-        module.fail_json_aws(exc, msg=f"Could not describe EBS volume {volume_id}")
-
-
-def modifications(module: AnsibleAWSModule, ec2: Any, volume_id: str) -> list[dict[str, Any]]:
-    try:
-        found = ec2.describe_volumes_modifications(VolumeIds=[volume_id])
-    except botocore.exceptions.ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        if code == "InvalidVolumeModification.NotFound":
-            return []
-        module.fail_json_aws(exc, msg=f"Could not read modifications of {volume_id}")
-    return sorted(found.get("VolumesModifications", []), key=lambda m: m["StartTime"])
-
-
-def plan(module: AnsibleAWSModule, ec2: Any) -> None:
-    volume_id, size_gb = module.params["volume_id"], module.params["size_gb"]
-    volume = describe(module, ec2, volume_id)
-    current = int(volume["Size"])
-    if size_gb < current:
-        module.fail_json(
-            msg=f"Refusing to shrink EBS volume {volume_id} from {current} GiB to {size_gb} GiB: "
-            f"EBS volumes can only grow; set size_gb to {current} or more."
-        )
-    result = dict(
-        changed=False,
-        volume_id=volume_id,
-        current_size_gb=current,
-        target_size_gb=size_gb,
-        needs_grow=size_gb > current,
-        volume_type=volume.get("VolumeType"),
-        iops=volume.get("Iops"),
-        throughput=volume.get("Throughput"),
-        zone=volume.get("AvailabilityZone"),
-    )
-    history = modifications(module, ec2, volume_id)
-    if result["needs_grow"] and history:
-        last = history[-1]["StartTime"]
-        retry_at = last + timedelta(hours=module.params["cooldown_hours"])
-        if datetime.now(timezone.utc) < retry_at:
-            module.fail_json(
-                msg="EBS volume {} was modified at {}; EC2 allows one modification "
-                "per volume every {:g} hours, so retry after {}.".format(
-                    volume_id,
-                    last.isoformat(),
-                    module.params["cooldown_hours"],
-                    retry_at.isoformat(),
-                )
-            )
-    module.exit_json(**result)
-
-
-def wait(module: AnsibleAWSModule, ec2: Any) -> None:
-    volume_id, deadline = (
-        module.params["volume_id"],
-        time.monotonic() + module.params["wait_seconds"],
-    )
-    while True:
-        history = modifications(module, ec2, volume_id)
-        state = history[-1]["ModificationState"] if history else "none"
-        if state in USABLE:
-            module.exit_json(
-                changed=False,
-                volume_id=volume_id,
-                modification_state=state,
-                progress=history[-1].get("Progress"),
-            )
-        if state == "failed":
-            module.fail_json(
-                msg="The modification of EBS volume {} failed: {}".format(
-                    volume_id, history[-1].get("StatusMessage", "no reason given")
-                )
-            )
-        if time.monotonic() > deadline:
-            module.fail_json(
-                msg=f"EBS volume {volume_id} did not reach optimizing within "
-                f"{module.params['wait_seconds']} s (state {state}); "
-                "raise volume_grow_api_wait_seconds or check the AWS console."
-            )
-        time.sleep(2)
 
 
 def main() -> None:
@@ -242,16 +145,33 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    if not VOLUME_ID.match(module.params["volume_id"]):
+    p = module.params
+    if not vg.VOLUME_ID.match(p["volume_id"]):
         module.fail_json(
             msg="{!r} is not an EBS volume id; ids look like vol-0123456789abcdef0.".format(
-                module.params["volume_id"]
+                p["volume_id"]
             )
         )
-    if module.params["size_gb"] < 1:
+    if p["size_gb"] < 1:
         module.fail_json(msg="size_gb must be a positive number of GiB.")
     ec2 = module.client("ec2")
-    plan(module, ec2) if module.params["state"] == "plan" else wait(module, ec2)
+    try:
+        if p["state"] == "plan":
+            plan = vg.ebs_plan(
+                ec2, p["volume_id"], p["size_gb"], p["cooldown_hours"], module.region
+            )
+            module.exit_json(changed=False, **plan)
+        newest = vg.ebs_wait(ec2, p["volume_id"], p["wait_seconds"])
+    except vg.GrowError as exc:
+        module.fail_json(msg=str(exc))
+    except botocore.exceptions.ClientError as exc:
+        module.fail_json_aws(exc, msg=f"EC2 refused a call about {p['volume_id']}")
+    module.exit_json(
+        changed=False,
+        volume_id=p["volume_id"],
+        modification_state=newest["ModificationState"],
+        progress=newest.get("Progress"),
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+../../../plugins/module_utils/volume_grow.py
