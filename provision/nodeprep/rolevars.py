@@ -110,9 +110,9 @@ def _shape(name: str, value: Any) -> str | None:
 
 
 def _inside(name: str, value: Any) -> str | None:
-    """The node's own verdict on the data sets, or the daemon's on the heartbeat's probes or
-    actions (None: valid, or not one of those). A probe list is judged with the role's default
-    actions and vice versa."""
+    """The node's own verdict on the data sets, or the daemon's on the heartbeat's probes,
+    actions or growable volumes (None: valid, or not one of those). A probe list is judged
+    with the role's default actions and vice versa."""
     from nodeprep.data import staging
     from nodeprep.heartbeat import config
 
@@ -129,6 +129,8 @@ def _inside(name: str, value: Any) -> str | None:
         document: dict[str, Any] = {"probes": value}
     elif name == "heartbeat_actions":
         document = {"probes": [{"name": "gpu", "type": "gpu"}], "actions": value}
+    elif name == "heartbeat_grow_volumes":
+        document = {"probes": [{"name": "gpu", "type": "gpu"}], "grow": {"volumes": value}}
     else:
         return None
     try:

@@ -6,7 +6,10 @@ it replaces the live one, so the messages here are what an operator sees on a ba
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +93,35 @@ class ActionsConfig:
 
 
 @dataclass(frozen=True)
+class GrowVolume:
+    """One volume the growth action may grow (``grow.volumes[i]``)."""
+
+    path: str  # a directory on the volume's filesystem (matched to a free_space probe)
+    volume_id: str
+    step_gb: int
+    max_gb: int
+    provider: str = "aws"
+    region: str | None = None
+    endpoint_url: str | None = None
+    device: str | None = None  # the disk, where no /dev/disk/by-id link carries the id
+    when_s: float = 3600.0  # ask for growth when the disk is projected full within this
+    cooldown_hours: float = 6.0
+    api_wait_s: float = 900.0
+    kernel_wait_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class GrowConfig:
+    """The growth action: which volumes, and where daemon and root helper exchange files."""
+
+    volumes: tuple[GrowVolume, ...] = ()
+    request_dir: str = "/run/nodeprep/heartbeat-grow"
+    state_dir: str = "/var/lib/nodeprep/volume-grow"
+    answer_timeout_s: float = 1800.0
+    retry_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole daemon configuration."""
 
@@ -98,6 +130,7 @@ class Config:
     metrics_path: Path | None = None
     metrics_interval_s: float = 5.0
     registry_dir: Path = field(default_factory=contract.registry_dir)
+    grow: GrowConfig = field(default_factory=GrowConfig)
 
 
 class _Section:
@@ -341,6 +374,88 @@ def _hang(raw: object) -> HangConfig:
     return hang
 
 
+GROW_PROVIDERS = ("aws",)
+VOLUME_ID = re.compile(r"^vol-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+
+
+def _grow(raw: object) -> GrowConfig:
+    sec = _Section(raw, "grow")
+    volumes = []
+    for index, item in enumerate(sec.get("volumes", list, [])):
+        volumes.append(_grow_volume(item, f"grow.volumes[{index}]"))
+    paths = [v.path for v in volumes]
+    for index, path in enumerate(paths):
+        if path in paths[:index]:
+            raise ConfigError(f"grow.volumes[{index}].path: {path} is listed twice.")
+    dirs = {}
+    for key, default in (("request_dir", GrowConfig.request_dir),
+                         ("state_dir", GrowConfig.state_dir)):  # fmt: skip
+        value = sec.get(key, str, default)
+        if not value or not Path(value).is_absolute():
+            raise ConfigError(f"{sec.key(key)}: needs an absolute directory path, got {value!r}.")
+        dirs[key] = value
+    grow = GrowConfig(
+        volumes=tuple(volumes),
+        answer_timeout_s=sec.positive("answer_timeout_s", 1800.0),
+        retry_s=sec.positive("retry_s", 600.0),
+        **dirs,
+    )
+    sec.finish()
+    return grow
+
+
+def _grow_volume(raw: object, where: str) -> GrowVolume:
+    sec = _Section(raw, where)
+    path = sec.get("path", str)
+    if not path or not Path(path).is_absolute():
+        raise ConfigError(f"{sec.key('path')}: needs an absolute directory path, got {path!r}.")
+    provider = sec.get("provider", str, "aws")
+    if provider not in GROW_PROVIDERS:
+        raise ConfigError(
+            f"{sec.key('provider')}: the growth action grows {', '.join(GROW_PROVIDERS)} "
+            f"volumes, not {provider!r}; grow it with roles/volume_grow instead."
+        )
+    volume_id = sec.get("volume_id", str) or ""
+    if not VOLUME_ID.match(volume_id):
+        raise ConfigError(
+            f"{sec.key('volume_id')}: {volume_id!r} is not an EBS volume id; ids look like "
+            "vol-0123456789abcdef0."
+        )
+    step, top = sec.count("step_gb", 0), sec.count("max_gb", 0)
+    if top < step:
+        raise ConfigError(
+            f"{sec.key('max_gb')}: {top} GiB is below step_gb {step}; the maximum is the "
+            "largest size the volume may reach."
+        )
+    endpoint = sec.get("endpoint_url", str)
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{sec.key('endpoint_url')}: needs an http:// or https:// URL, got {endpoint!r}."
+        )
+    device = sec.get("device", str)
+    if device is not None and not device.startswith("/dev/"):
+        raise ConfigError(f"{sec.key('device')}: needs a /dev/ path of a disk, got {device!r}.")
+    cooldown = float(sec.get("cooldown_hours", (int, float), 6.0))
+    if cooldown < 0:
+        raise ConfigError(f"{sec.key('cooldown_hours')}: must be 0 or more, got {cooldown:g}.")
+    volume = GrowVolume(
+        path=path,
+        volume_id=volume_id,
+        step_gb=step,
+        max_gb=top,
+        provider=provider,
+        region=sec.get("region", str),
+        endpoint_url=endpoint,
+        device=device,
+        when_s=sec.positive("when_s", 3600.0),
+        cooldown_hours=cooldown,
+        api_wait_s=sec.positive("api_wait_s", 900.0),
+        kernel_wait_s=sec.positive("kernel_wait_s", 120.0),
+    )
+    sec.finish()
+    return volume
+
+
 def parse(data: object, check_paths: bool = True) -> Config:
     """Validate a decoded config document.
 
@@ -361,12 +476,16 @@ def parse(data: object, check_paths: bool = True) -> Config:
     if check_paths:
         _check_directories(probes, metrics_path)
     registry = top.get("registry_dir", str)
+    grow = _grow(top.get("grow", dict, {}))
+    if check_paths:
+        _check_grow(probes, grow)
     config = Config(
         probes=probes,
         actions=_actions(top.get("actions", dict, {})),
         metrics_path=Path(metrics_path) if metrics_path else None,
         metrics_interval_s=metrics.positive("interval_s", 5.0),
         registry_dir=Path(registry) if registry else contract.registry_dir(),
+        grow=grow,
     )
     metrics.finish()
     top.finish()
@@ -384,6 +503,26 @@ def _check_directories(probes: tuple[ProbeConfig, ...], metrics_path: str | None
         raise ConfigError(
             f"metrics.path: directory {Path(metrics_path).parent} does not exist; create it first."
         )
+
+
+def _check_grow(probes: tuple[ProbeConfig, ...], grow: GrowConfig) -> None:
+    """Every growable volume's path exists and a free_space probe watches its filesystem."""
+    watched = set()
+    for probe in probes:
+        if probe.type == "free_space":
+            with contextlib.suppress(OSError):
+                watched.add(os.stat(probe.path).st_dev)
+    for index, volume in enumerate(grow.volumes):
+        where = f"grow.volumes[{index}].path"
+        try:
+            dev = os.stat(volume.path).st_dev
+        except OSError as err:
+            raise ConfigError(f"{where}: {volume.path}: {err.strerror}; fix the path.") from err
+        if dev not in watched:
+            raise ConfigError(
+                f"{where}: no free_space probe watches the filesystem of {volume.path}; "
+                "add one on that path, or the growth action never sees it fill."
+            )
 
 
 def load(path: Path) -> Config:

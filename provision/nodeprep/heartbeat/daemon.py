@@ -17,6 +17,7 @@ from nodeprep.heartbeat.actions import Actions, Trip
 from nodeprep.heartbeat.config import Config, ProbeConfig
 from nodeprep.heartbeat.free_space import FreeSpaceCheck
 from nodeprep.heartbeat.gpu import GpuCheck, load_nvml
+from nodeprep.heartbeat.grow import GrowAction
 from nodeprep.heartbeat.progress_probe import ProgressCheck, ProgressOutcome
 from nodeprep.heartbeat.scheduler import ProbeRunner, Scheduler
 from nodeprep.heartbeat.sdnotify import Notifier
@@ -42,6 +43,7 @@ class Daemon:
         self.gpu_checks: list[GpuCheck] = []
         self.progress_checks: list[ProgressCheck] = []
         self.disk_checks: list[FreeSpaceCheck] = []
+        self.grow = GrowAction(config.grow, self.actions.trip) if config.grow.volumes else None
         self._nvml_given = nvml
         start = time.monotonic()
         self.runners = [ProbeRunner(p, self._attempt(p), start) for p in config.probes]
@@ -117,6 +119,10 @@ class Daemon:
             self.actions.hang(trip, list(outcome.stalled))
         elif change is Transition.FAILED:
             self.actions.trip(trip)
+        if self.grow is not None and cfg.type == "free_space":
+            disk = next((d for d in self.disk_checks if d.cfg is cfg), None)
+            if disk is not None and disk.reading is not None:
+                self.grow.observe(cfg.name, disk.reading)
         node_before = self.node
         self.node = node_state([s.state for s in self.states.values()])
         if node_before is not self.node:
@@ -156,6 +162,8 @@ class Daemon:
         for disk in self.disk_checks:
             if disk.reading is not None:
                 snap.disks[disk.cfg.name] = disk.reading
+        if self.grow is not None:
+            snap.growth = {v.cfg.path: v for v in self.grow.volumes}
         for check in self.gpu_checks:
             snap.gpu.update(check.readings)
             snap.gpu_uuid.update(check.uuids)

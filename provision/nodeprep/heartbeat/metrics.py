@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -60,6 +61,7 @@ class Snapshot:
     trainer_hangs: dict[tuple[str, int], int] = field(default_factory=dict)
     trainer_last_dump: dict[tuple[str, int], float] = field(default_factory=dict)
     disks: dict[str, DiskReading] = field(default_factory=dict)  # probe name -> reading
+    growth: dict[str, Any] = field(default_factory=dict)  # path -> grow.VolumeGrowth
 
 
 def _gauge(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
@@ -114,6 +116,7 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     yield ignored
     yield from _trainer_families(snap)
     yield from _disk_families(snap)
+    yield from _growth_families(snap)
     yield from _gpu_families(snap)
 
 
@@ -141,6 +144,34 @@ def _disk_families(snap: Snapshot) -> Iterator[Metric]:
         for kind in LEVELS:
             level.add_metric([*key, kind], float(reading.level == kind))
     yield from (size, free, rate, until, level)
+
+
+def _growth_families(snap: Snapshot) -> Iterator[Metric]:
+    """Per growable volume: growths and refusals so far, its size, when it may grow next."""
+    if not snap.growth:
+        return
+    labels = ["path", "volume_id"]
+    grown = _counter("volume_growths", "Volume growths the growth action completed.", labels)
+    refused = _counter("volume_growth_refusals",
+                       "Growth requests refused or failed (cooldown, maximum, credentials).",
+                       labels)  # fmt: skip
+    size = _gauge("volume_size_gib", "The volume's size after its last growth answer.", labels)
+    held = _gauge("volume_growth_held", "1 while no growth will be requested (label: why).",
+                  [*labels, "reason"])  # fmt: skip
+    after = _gauge("volume_growth_next_possible_timestamp_seconds",
+                   "Unix time from which the provider accepts the next modification.",
+                   labels)  # fmt: skip
+    for path, volume in sorted(snap.growth.items()):
+        key = [path, volume.cfg.volume_id]
+        grown.add_metric(key, volume.grown_total)
+        refused.add_metric(key, volume.refused_total)
+        if volume.size_gb is not None:
+            size.add_metric(key, volume.size_gb)
+        if volume.held_reason:
+            held.add_metric([*key, volume.held_reason[:200]], 1.0)
+        if volume.next_possible_at is not None:
+            after.add_metric(key, volume.next_possible_at)
+    yield from (grown, refused, size, held, after)
 
 
 def _trainer_families(snap: Snapshot) -> Iterator[Metric]:

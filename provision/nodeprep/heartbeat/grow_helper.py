@@ -1,0 +1,210 @@
+"""``python -m nodeprep.heartbeat.grow_helper --config FILE``: the growth action's root half.
+
+Started (as root) by ``nodeprep-volume-grow.path`` when the daemon leaves a request in the
+config's ``grow.request_dir``. For each request it:
+
+1. takes only the volume's index from the request; every parameter comes from the root-owned
+   config file (the daemon's own user cannot widen what gets grown);
+2. checks on the node first that the volume's disk is the one under the volume's path, so no
+   API call is made for a disk this node cannot grow;
+3. computes the next size: current + ``step_gb``, never above ``max_gb`` (at the maximum: a
+   refusal of kind ``maximum``); EC2's cooldown is checked against the volume's newest
+   modification (a refusal of kind ``cooldown`` with the time the next one is accepted);
+4. ModifyVolume (type, IOPS and throughput passed back unchanged), waits until the kernel sees
+   the new size, then growpart (when the filesystem is on a partition) and the filesystem's
+   online grow: the same functions roles/volume_grow's modules use (``volume_grow``, a symlink
+   to the collection's module_utils);
+5. writes the outcome atomically to ``grow.state_dir/volume-N.json`` and appends it to
+   ``grow.state_dir/growth.log`` (one JSON object per line); the daemon reads the first.
+
+Credentials come from boto3's normal chain; on an EC2 node that is the instance role through
+the metadata service. Exit status: 0 when every request was answered (grown or refused),
+2 for a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from nodeprep.heartbeat import config as config_mod
+from nodeprep.heartbeat import volume_grow as vg
+from nodeprep.heartbeat.config import GrowConfig, GrowVolume
+from nodeprep.heartbeat.grow import (
+    COOLDOWN,
+    FAILED,
+    GROWN,
+    MAXIMUM,
+    REFUSED,
+    read_json,
+    request_path,
+    result_path,
+    write_atomic,
+)  # fmt: skip
+
+log = logging.getLogger("nodeprep.heartbeat.grow_helper")
+
+
+class Refused(Exception):
+    """Growth that must not happen now; ``kind`` says which rule, ``retry_at`` when it may."""
+
+    def __init__(self, message: str, kind: str = "", retry_at: float | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.retry_at = kind, retry_at
+
+
+def ec2_client(volume: GrowVolume) -> Any:
+    """A boto3 EC2 client for the volume's region and endpoint; Refused without boto3."""
+    try:
+        import boto3
+    except ImportError as err:
+        raise Refused(
+            f"boto3 is not installed in {sys.prefix}, so EBS volumes cannot be grown from this "
+            "node; set heartbeat_grow_aws_install: true (or install boto3 there)",
+            kind="no-credentials",
+        ) from err
+    return boto3.client(
+        "ec2", region_name=volume.region or None, endpoint_url=volume.endpoint_url or None
+    )
+
+
+def grow_volume(volume: GrowVolume, run: vg.Run = vg.run_command) -> dict[str, Any]:
+    """Grow one volume by a step; the outcome document (raises Refused or vg.GrowError)."""
+    disk = vg.resolve_disk(run, None if volume.device else volume.volume_id, volume.device, None)
+    under = vg.from_mount(run, volume.path)
+    if under != disk:
+        raise Refused(
+            f"{volume.path} is on {under}, not on {disk} (volume {volume.volume_id}); fix "
+            "grow.volumes' path or device"
+        )
+    ec2 = ec2_client(volume)
+    try:
+        current = int(vg.ebs_describe(ec2, volume.volume_id, volume.region)["Size"])
+    except vg.GrowError:
+        raise
+    except Exception as exc:  # botocore's NoCredentialsError, ClientError, EndpointConnectionError
+        raise Refused(
+            f"EC2 did not answer for {volume.volume_id}: {type(exc).__name__}: {exc}",
+            kind="no-credentials" if "Credentials" in type(exc).__name__ else "",
+        ) from exc
+    if current >= volume.max_gb:
+        raise Refused(
+            f"{volume.volume_id} is {current} GiB, its maximum (max_gb {volume.max_gb}); it "
+            "will not grow further: free space or raise max_gb",
+            kind=MAXIMUM,
+        )
+    size = min(current + volume.step_gb, volume.max_gb)
+    try:
+        plan = vg.ebs_plan(ec2, volume.volume_id, size, volume.cooldown_hours, volume.region)
+    except vg.CooldownError as exc:
+        raise Refused(str(exc), kind=COOLDOWN, retry_at=exc.retry_at.timestamp()) from exc
+    fs_before = _fs_bytes(volume.path)
+    started = time.time()
+    vg.ebs_modify(ec2, plan)
+    vg.ebs_wait(ec2, volume.volume_id, volume.api_wait_s)
+    vg.wait_for_size(disk, size, volume.kernel_wait_s)
+    node, partition, number = vg.target(run, disk)
+    fstype = vg.check_fstype(node.get("fstype"), partition or disk)
+    if partition is not None and number is not None:
+        vg.grow_partition(run, disk, number)
+    if vg.fs_growable(run, partition or disk, fstype):
+        vg.grow_filesystem(run, partition or disk, fstype, node.get("mountpoint") or volume.path)
+    fs_after = _fs_bytes(volume.path)
+    window = vg.ebs_next_modification(
+        vg.ebs_modifications(ec2, volume.volume_id), volume.cooldown_hours
+    )
+    return {
+        "outcome": GROWN,
+        "message": f"grew {volume.volume_id} from {current} to {size} GiB and {volume.path} "
+        f"from {fs_before / 2**30:.2f} to {fs_after / 2**30:.2f} GiB in "
+        f"{time.time() - started:.1f} s",
+        "from_gb": current,
+        "size_gb": size,
+        "fs_bytes_before": fs_before,
+        "fs_bytes_after": fs_after,
+        "next_possible_at": window[1].timestamp() if window else None,
+    }
+
+
+def _fs_bytes(path: str) -> int:
+    import os
+
+    stats = os.statvfs(path)
+    return stats.f_blocks * stats.f_frsize
+
+
+def answer(grow: GrowConfig, index: int, request: dict[str, Any]) -> dict[str, Any]:
+    """Grow volume ``index`` for ``request``; the outcome, written where the daemon reads it."""
+    volume = grow.volumes[index]
+    try:
+        document = grow_volume(volume)
+    except Refused as exc:
+        document = {"outcome": REFUSED, "kind": exc.kind, "message": str(exc),
+                    "next_possible_at": exc.retry_at}  # fmt: skip
+    except vg.GrowError as exc:
+        document = {"outcome": FAILED, "kind": "", "message": str(exc)}
+    document.update(
+        request_id=request.get("id"),
+        volume_id=volume.volume_id,
+        path=volume.path,
+        reason=request.get("reason"),
+        requested_at=request.get("requested_at"),
+        finished_at=time.time(),
+        finished=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    write_atomic(result_path(grow, index), document)
+    with open(Path(grow.state_dir) / "growth.log", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(document, sort_keys=True) + "\n")
+    level = logging.WARNING if document["outcome"] == GROWN else logging.ERROR
+    log.log(level, "volume=%s path=%s outcome=%s %s", volume.volume_id, volume.path,
+            document["outcome"], document["message"])  # fmt: skip
+    return document
+
+
+def serve(grow: GrowConfig) -> int:
+    """Answer every request now in the request directory; the number answered."""
+    answered = 0
+    for index in range(len(grow.volumes)):
+        path = request_path(grow, index)
+        if not path.exists():
+            continue
+        request = read_json(path) or {}
+        path.unlink(missing_ok=True)  # taken: a new request while growing starts a new run
+        if request.get("volume") != index:
+            log.error("ignored a malformed request in %s", path)
+            continue
+        answer(grow, index, request)
+        answered += 1
+    for stray in sorted(Path(grow.request_dir).glob("*.request")):
+        if stray.name not in {request_path(grow, i).name for i in range(len(grow.volumes))}:
+            log.error("ignored %s: no volume in the config has that index", stray)
+            stray.unlink(missing_ok=True)
+    return answered
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m nodeprep.heartbeat.grow_helper",
+        description="Answer the heartbeat's growth requests (as root).",
+    )
+    parser.add_argument("--config", type=Path, required=True, help="the heartbeat's JSON config")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level="INFO", stream=sys.stderr, format="%(levelname)s %(message)s")
+    try:
+        cfg = config_mod.load(args.config)
+    except config_mod.ConfigError as err:
+        print(f"nodeprep-volume-grow: bad config {args.config}: {err}", file=sys.stderr)
+        return 2
+    Path(cfg.grow.state_dir).mkdir(parents=True, exist_ok=True)
+    serve(cfg.grow)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
