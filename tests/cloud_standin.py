@@ -5,7 +5,9 @@ the test made there (``python3 cloud_standin.py aws HOST PORT NOTICE_FILE``).
 
 - aws: IMDSv2. ``PUT /latest/api/token`` with a TTL header gives a token; every GET under
   ``/latest/`` without a valid one is HTTP 401. ``spot/instance-action`` is 404 until a
-  notice is posted; ``events/maintenance/scheduled`` is a JSON list.
+  notice is posted; ``events/maintenance/scheduled`` is a JSON list;
+  ``iam/security-credentials/`` names an instance role whose credentials are dummies (the
+  heartbeat's growth helper reads them through boto3's chain and calls the tests' moto).
 - gcp: every request needs ``Metadata-Flavor: Google`` (else 403) and every answer carries
   it; ``instance/preempted`` is FALSE or TRUE, ``instance/maintenance-event`` NONE or the
   event.
@@ -24,6 +26,7 @@ import json
 import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SPOT = {"action": "terminate", "time": "2026-12-05T08:00:00Z"}
@@ -32,6 +35,17 @@ AZURE_EVENT = {"EventId": "A123", "EventType": "Preempt", "ResourceType": "Virtu
                "NotBefore": "Sat, 05 Dec 2026 08:00:30 GMT"}  # fmt: skip
 # An event for another VM of the same availability set: every VM sees it, only node2 is hit.
 AZURE_NEIGHBOUR = {**AZURE_EVENT, "EventId": "B456", "EventType": "Reboot", "Resources": ["node2"]}
+ROLE = "nodeprep-lab"
+
+
+def credentials() -> dict[str, str]:
+    """An instance role's temporary credentials, valid for the next six hours (dummies)."""
+    now = time.time()
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    return {"Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": "testing",
+            "SecretAccessKey": "testing", "Token": "testing",
+            "LastUpdated": time.strftime(stamp, time.gmtime(now)),
+            "Expiration": time.strftime(stamp, time.gmtime(now + 6 * 3600))}  # fmt: skip
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -73,6 +87,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, json.dumps(SPOT)) if cloud.notice else self._reply(404, "")
         elif self.path == "/latest/meta-data/events/maintenance/scheduled":
             self._reply(200, "[]")
+        elif self.path.startswith("/latest/meta-data/iam/security-credentials"):
+            # The instance role's credentials, as boto3's chain reads them on an EC2 node:
+            # dummies that only the tests' moto endpoint accepts.
+            if self.path.endswith("/"):
+                self._reply(200, ROLE)
+            else:
+                self._reply(200, json.dumps(credentials()))
         elif self.path.startswith("/latest/meta-data/"):
             self._reply(200, "ami-id\ninstance-id\nspot/\n")
         else:

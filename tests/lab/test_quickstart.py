@@ -16,8 +16,10 @@ changes nothing; after the chain's first provision the active port is cut while 
 through the bond (failover), the second provision then changes nothing, the bond's checks
 fail by name with both links cut, and a change whose probe gets no answer is rolled back.
 The 64 MiB written to the data disk before the chain survive volume_grow's online grow.
-Last, a spot notice from a stand-in metadata service on the node reaches a job that
+Then a spot notice from a stand-in metadata service on the node reaches a job that
 `nodeprep run` started as an emergency checkpoint within 5 s (tests/lab/spot_notice.py).
+Last, the data disk fills at a steady rate and the heartbeat's growth action grows it before
+it is full, in steps, up to its maximum, then warns once (tests/lab/grow_story.py).
 
 The torch image is the one the image tier built in this run (same path and content hash, so
 build-image skips it); provision and verify run under the mitogen strategy (`--fast`), as in
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grow_story import the_disk_grows_before_it_fills
 from lab_helpers import LabNode
 from nic_bond_helpers import (
     ADDRESS,
@@ -161,6 +164,7 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert lab_node.sh(f"sha256sum {IMAGE_DEST}").split()[0] == good["apptainer_image_sha256"]
 
     spot_notice_gets_an_emergency_checkpoint(lab_node, inventory, good, tmp_path)
+    the_disk_grows_before_it_fills(lab_node, inventory, good, tmp_path)
 
 
 def a_changed_byte_fails_the_full_data_set_check(
