@@ -20,12 +20,18 @@ import os
 import re
 import subprocess
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, List, Tuple
 
 Run = Callable[[List[str]], Tuple[int, str, str]]
 
 VOLUME_ID = re.compile(r"^vol-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+GCE_API = "https://compute.googleapis.com/compute/v1"
+# A GCE resource name (disks, zones): RFC 1035 labels, as the API accepts them.
+GCE_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 USABLE = ("optimizing", "completed")
 GROWABLE = ("ext2", "ext3", "ext4", "xfs")
 GIB = 1024**3
@@ -183,6 +189,139 @@ def ebs_wait(
         sleep(2)
 
 
+# ---------------------------------------------------------------------------------- GCE
+
+
+class GceError(GrowError):
+    """The GCE API answered with an error; ``status`` is its HTTP status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Gce:
+    """The few calls of GCE's disks API that a resize needs, over HTTPS with the standard
+    library, at a base URL the caller may point elsewhere (the tests' stand-in).
+
+    google.cloud's modules would need google-auth and requests on the controller, and they
+    always call compute.googleapis.com, so no test here could aim them at a local endpoint.
+    """
+
+    def __init__(
+        self, project: str, zone: str, token: str, endpoint: str = GCE_API, timeout: float = 30
+    ) -> None:
+        self.project, self.zone, self.token = project, zone, token
+        self.endpoint, self.timeout = endpoint.rstrip("/"), timeout
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``path`` under the project; the decoded answer, or GceError / GrowError."""
+        url = f"{self.endpoint}/projects/{self.project}/{path}"
+        request = urllib.request.Request(
+            url,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                found: dict[str, Any] = json.loads(answer.read() or b"{}")
+                return found
+        except urllib.error.HTTPError as err:
+            raise GceError(_gce_reason(err), err.code) from err
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            raise GrowError(f"The GCE API at {self.endpoint} did not answer: {reason}") from err
+
+    def disk(self, name: str) -> dict[str, Any]:
+        """The disk in this zone; not there, a GrowError naming the zone it is in, if any."""
+        try:
+            return self.call("GET", f"zones/{self.zone}/disks/{name}")
+        except GceError as err:
+            if err.status in (401, 403):
+                raise GrowError(
+                    f"GCE refused to read disk {name} in project {self.project} ({err}); the "
+                    "token's account needs compute.disks.get and compute.disks.resize."
+                ) from err
+            if err.status != 404:
+                raise
+        zones = self.zones_of(name)
+        if zones:
+            raise GrowError(
+                f"GCP disk {name} is in zone {', '.join(zones)}, not {self.zone}; set the "
+                "volume's zone (or volume_grow_gcp_zone) to where the disk is."
+            )
+        raise GrowError(
+            f"GCP disk {name} does not exist in project {self.project}; check gce_disk in "
+            "volume_grow_volumes."
+        )
+
+    def zones_of(self, name: str) -> list[str]:
+        """The zones where the project has a disk called ``name`` (an aggregated list)."""
+        query = urllib.parse.urlencode({"filter": f"name = {name}"})
+        found = self.call("GET", f"aggregated/disks?{query}")
+        zones = []
+        for scope, listed in (found.get("items") or {}).items():
+            names = [d.get("name") for d in listed.get("disks", [])]
+            if scope.startswith("zones/") and name in names:
+                zones.append(scope.split("/", 1)[1])
+        return sorted(zones)
+
+
+def _gce_reason(err: urllib.error.HTTPError) -> str:
+    """GCE's own error message, else the HTTP status line."""
+    try:
+        message = json.loads(err.read() or b"{}").get("error", {}).get("message")
+    except (ValueError, AttributeError, OSError):
+        message = None
+    return f"HTTP {err.code}: {message or err.reason}"
+
+
+def gce_plan(gce: Gce, name: str, size_gb: int) -> dict[str, Any]:
+    """Check a resize of disk ``name`` to ``size_gb`` GiB before anything changes."""
+    disk = gce.disk(name)
+    current = int(disk["sizeGb"])
+    if size_gb < current:
+        raise GrowError(
+            f"Refusing to shrink GCP disk {name} from {current} GiB to {size_gb} GiB: "
+            f"persistent disks can only grow; set size_gb to {current} or more."
+        )
+    return dict(
+        disk=name,
+        zone=gce.zone,
+        project=gce.project,
+        current_size_gb=current,
+        target_size_gb=size_gb,
+        needs_grow=size_gb > current,
+        disk_type=str(disk.get("type", "")).rsplit("/", 1)[-1],
+    )
+
+
+def gce_resize(
+    gce: Gce, name: str, size_gb: int, wait_seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:  # fmt: skip
+    """disks.resize, then poll its zone operation until DONE; the finished operation."""
+    operation = gce.call("POST", f"zones/{gce.zone}/disks/{name}/resize", {"sizeGb": str(size_gb)})
+    deadline = time.monotonic() + wait_seconds
+    while operation.get("status") != "DONE":
+        if time.monotonic() > deadline:
+            raise GrowError(
+                f"The resize of GCP disk {name} was not done within {wait_seconds:g} s (status "
+                f"{operation.get('status')}); raise the wait or look up operation "
+                f"{operation.get('name')} in the console."
+            )
+        sleep(1)
+        operation = gce.call("GET", f"zones/{gce.zone}/operations/{operation['name']}")
+    errors = (operation.get("error") or {}).get("errors") or []
+    if errors:
+        raise GrowError(
+            f"The resize of GCP disk {name} to {size_gb} GiB failed: "
+            + "; ".join(str(e.get("message", e)) for e in errors)
+        )
+    return operation
+
+
 # ------------------------------------------------------------------------------- device
 
 
@@ -230,14 +369,31 @@ def from_mount(run: Run, mount: str) -> str:
     return "/dev/" + parent if parent else source
 
 
-def resolve_disk(run: Run, volume_id: str | None, device: str | None, mount: str | None) -> str:
-    """The whole disk named by a volume id, a device or a mount point (id and device agree)."""
-    disk = by_id(volume_id) if volume_id else None
+def by_gce_name(name: str) -> str:
+    """The disk of a GCE persistent disk: /dev/disk/by-id/google-<device name>, which is the
+    disk's name unless it was attached under another device name."""
+    link = f"/dev/disk/by-id/google-{name}"
+    if not os.path.exists(link):
+        raise GrowError(
+            f"No block device on this node is GCP disk {name} (no {link}); it was attached "
+            "under another device name, or not to this node: set device."
+        )
+    return os.path.realpath(link)
+
+
+def resolve_disk(
+    run: Run, volume_id: str | None, device: str | None, mount: str | None,
+    gce_disk: str | None = None,
+) -> str:  # fmt: skip
+    """The whole disk named by a volume id (EBS), a disk name (GCE), a device or a mount
+    point (an id or name and a device must agree)."""
+    disk = by_id(volume_id) if volume_id else by_gce_name(gce_disk) if gce_disk else None
     named = os.path.realpath(device) if device else None
     if disk and named and disk != named:
         raise GrowError(
-            f"EBS volume {volume_id} is {disk} on this node, not {named}; refusing to touch a "
-            "device that is not the volume's."
+            f"{'EBS volume ' + volume_id if volume_id else 'GCP disk ' + str(gce_disk)} is "
+            f"{disk} on this node, not {named}; refusing to touch a device that is not the "
+            "volume's."
         )
     found = disk or named
     if found is None:

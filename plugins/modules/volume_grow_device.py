@@ -24,7 +24,13 @@ options:
     description:
       - EC2 volume id, for example C(vol-0123456789abcdef0). The disk is the target of the
         C(/dev/disk/by-id) link whose name ends with the id without its dash.
-      - At least one of I(volume_id), I(device) and I(mount) is required.
+      - At least one of I(volume_id), I(gce_disk), I(device) and I(mount) is required.
+    type: str
+  gce_disk:
+    description:
+      - A GCE persistent disk's name. The disk is the target of
+        C(/dev/disk/by-id/google-NAME), which carries the device name it was attached
+        under (the disk's name unless another was given).
     type: str
   device:
     description:
@@ -138,18 +144,20 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             volume_id=dict(type="str"),
+            gce_disk=dict(type="str"),
             device=dict(type="path"),
             mount=dict(type="path"),
             size_gb=dict(type="int"),
             wait_seconds=dict(type="int", default=120),
         ),
-        required_one_of=[["volume_id", "device", "mount"]],
+        required_one_of=[["volume_id", "gce_disk", "device", "mount"]],
+        mutually_exclusive=[["volume_id", "gce_disk"]],
         supports_check_mode=True,
     )
     p = module.params
     run = module.run_command
     try:
-        disk = vg.resolve_disk(run, p["volume_id"], p["device"], p["mount"])
+        disk = vg.resolve_disk(run, p["volume_id"], p["device"], p["mount"], p["gce_disk"])
         if p["size_gb"] is not None:
             vg.refuse_shrink(disk, p["size_gb"])
             vg.wait_for_size(disk, p["size_gb"], p["wait_seconds"])
