@@ -10,7 +10,7 @@ the test made there (``python3 cloud_standin.py aws HOST PORT NOTICE_FILE``).
   heartbeat's growth helper reads them through boto3's chain and calls the tests' moto).
 - gcp: every request needs ``Metadata-Flavor: Google`` (else 403) and every answer carries
   it; ``instance/preempted`` is FALSE or TRUE, ``instance/maintenance-event`` NONE or the
-  event.
+  event; the default service account's token, the project id and the zone are dummies.
 - azure: every request needs ``Metadata: true`` (else 400); ``scheduledevents`` is one JSON
   document with an ``Events`` list.
 
@@ -36,6 +36,8 @@ AZURE_EVENT = {"EventId": "A123", "EventType": "Preempt", "ResourceType": "Virtu
 # An event for another VM of the same availability set: every VM sees it, only node2 is hit.
 AZURE_NEIGHBOUR = {**AZURE_EVENT, "EventId": "B456", "EventType": "Reboot", "Resources": ["node2"]}
 ROLE = "nodeprep-lab"
+# The VM's service account token, project and zone (the growth action reads them).
+GCP_TOKEN, GCP_PROJECT, GCP_ZONE = "ya29.standin-token", "nodeprep-test", "europe-west4-a"
 
 
 def credentials() -> dict[str, str]:
@@ -107,6 +109,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         values = {
             "/computeMetadata/v1/instance/id": "4520031799277581759",
+            "/computeMetadata/v1/project/project-id": GCP_PROJECT,
+            "/computeMetadata/v1/instance/zone": f"projects/871234509876/zones/{GCP_ZONE}",
+            "/computeMetadata/v1/instance/service-accounts/default/token": json.dumps(
+                {"access_token": GCP_TOKEN, "expires_in": 3599, "token_type": "Bearer"}
+            ),
             "/computeMetadata/v1/instance/preempted": "TRUE" if cloud.notice else "FALSE",
             "/computeMetadata/v1/instance/maintenance-event": "NONE",
         }

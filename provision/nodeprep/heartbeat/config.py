@@ -97,9 +97,13 @@ class GrowVolume:
     """One volume the growth action may grow (``grow.volumes[i]``)."""
 
     path: str  # a directory on the volume's filesystem (matched to a free_space probe)
-    volume_id: str
     step_gb: int
     max_gb: int
+    volume_id: str = ""  # aws: the EBS volume
+    disk: str = ""  # gcp: the persistent disk's name
+    project: str | None = None  # gcp: else the metadata server's
+    zone: str | None = None  # gcp: else the metadata server's
+    metadata_url: str = DEFAULT_METADATA_URL  # gcp: where the service account's token comes from
     provider: str = "aws"
     region: str | None = None
     endpoint_url: str | None = None
@@ -108,6 +112,11 @@ class GrowVolume:
     cooldown_hours: float = 6.0
     api_wait_s: float = 900.0
     kernel_wait_s: float = 120.0
+
+    @property
+    def name(self) -> str:
+        """The volume as its provider names it: the EBS id, or the GCP disk's name."""
+        return self.volume_id or self.disk
 
 
 @dataclass(frozen=True)
@@ -374,7 +383,8 @@ def _hang(raw: object) -> HangConfig:
     return hang
 
 
-GROW_PROVIDERS = ("aws",)
+GROW_PROVIDERS = ("aws", "gcp")
+GCE_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 VOLUME_ID = re.compile(r"^vol-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 
 
@@ -413,14 +423,9 @@ def _grow_volume(raw: object, where: str) -> GrowVolume:
     if provider not in GROW_PROVIDERS:
         raise ConfigError(
             f"{sec.key('provider')}: the growth action grows {', '.join(GROW_PROVIDERS)} "
-            f"volumes, not {provider!r}; grow it with roles/volume_grow instead."
+            f"volumes, not {provider!r}; grow it by hand or with roles/volume_grow."
         )
-    volume_id = sec.get("volume_id", str) or ""
-    if not VOLUME_ID.match(volume_id):
-        raise ConfigError(
-            f"{sec.key('volume_id')}: {volume_id!r} is not an EBS volume id; ids look like "
-            "vol-0123456789abcdef0."
-        )
+    ids = _grow_ids(sec, provider)
     step, top = sec.count("step_gb", 0), sec.count("max_gb", 0)
     if top < step:
         raise ConfigError(
@@ -440,7 +445,7 @@ def _grow_volume(raw: object, where: str) -> GrowVolume:
         raise ConfigError(f"{sec.key('cooldown_hours')}: must be 0 or more, got {cooldown:g}.")
     volume = GrowVolume(
         path=path,
-        volume_id=volume_id,
+        **ids,
         step_gb=step,
         max_gb=top,
         provider=provider,
@@ -454,6 +459,37 @@ def _grow_volume(raw: object, where: str) -> GrowVolume:
     )
     sec.finish()
     return volume
+
+
+def _grow_ids(sec: _Section, provider: str) -> dict[str, Any]:
+    """How the provider names the volume: an EBS id, or a GCP disk (project, zone, metadata)."""
+    mine = ("volume_id",) if provider == "aws" else ("disk", "project", "zone", "metadata_url")
+    for key in ("volume_id", "disk", "project", "zone", "metadata_url"):
+        if key not in mine and key in sec.data:
+            raise ConfigError(f"{sec.key(key)}: not a key of provider {provider}; remove it.")
+    if provider == "aws":
+        volume_id = sec.get("volume_id", str) or ""
+        if not VOLUME_ID.match(volume_id):
+            raise ConfigError(
+                f"{sec.key('volume_id')}: {volume_id!r} is not an EBS volume id; ids look like "
+                "vol-0123456789abcdef0."
+            )
+        return {"volume_id": volume_id}
+    found: dict[str, Any] = {}
+    for key in ("disk", "zone"):
+        value = sec.get(key, str)
+        if (key == "disk" or value is not None) and not GCE_NAME.match(value or ""):
+            raise ConfigError(
+                f"{sec.key(key)}: {value!r} is not a GCE {key} name; names are lower-case "
+                "letters, digits and dashes, starting with a letter."
+            )
+        found[key] = value
+    found["project"] = sec.get("project", str)
+    url = sec.get("metadata_url", str, DEFAULT_METADATA_URL)
+    if not url.startswith("http://"):
+        raise ConfigError(f"{sec.key('metadata_url')}: the metadata server is plain http://.")
+    found["metadata_url"] = url.rstrip("/")
+    return found
 
 
 def parse(data: object, check_paths: bool = True) -> Config:

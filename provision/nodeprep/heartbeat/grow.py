@@ -167,7 +167,7 @@ class GrowAction:
             self._refusal(volume, probe, f"cannot write the growth request: {err}", now + 60)
             return
         log.warning("action=grow_request volume=%s path=%s reason=%r",
-                    volume.cfg.volume_id, volume.cfg.path, why)  # fmt: skip
+                    volume.cfg.name, volume.cfg.path, why)  # fmt: skip
 
     def collect(self, volume: VolumeGrowth, probe: str) -> None:
         """Take in the helper's answer to the outstanding request, when it has come."""
@@ -196,7 +196,7 @@ class GrowAction:
             volume.held_until, volume.held_reason = 0.0, ""
             volume.said.clear()
             log.warning("action=grown volume=%s path=%s %s",
-                        volume.cfg.volume_id, volume.cfg.path, message)  # fmt: skip
+                        volume.cfg.name, volume.cfg.path, message)  # fmt: skip
             return
         kind = answer.get("kind")
         if kind == MAXIMUM:
@@ -215,5 +215,5 @@ class GrowAction:
             return
         volume.said.add(message)
         log.error("action=grow_refused volume=%s path=%s reason=%r",
-                  volume.cfg.volume_id, volume.cfg.path, message)  # fmt: skip
+                  volume.cfg.name, volume.cfg.path, message)  # fmt: skip
         self.trip(Trip(f"{probe}:grow", f"cannot grow {volume.cfg.path}: {message}", self.clock()))

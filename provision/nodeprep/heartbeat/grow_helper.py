@@ -10,7 +10,8 @@ config's ``grow.request_dir``. For each request it:
 3. computes the next size: current + ``step_gb``, never above ``max_gb`` (at the maximum: a
    refusal of kind ``maximum``); EC2's cooldown is checked against the volume's newest
    modification (a refusal of kind ``cooldown`` with the time the next one is accepted);
-4. ModifyVolume (type, IOPS and throughput passed back unchanged), waits until the kernel sees
+4. ModifyVolume (type, IOPS and throughput passed back unchanged) or disks.resize, waits
+   until the kernel sees
    the new size, then growpart (when the filesystem is on a partition) and the filesystem's
    online grow: the same functions roles/volume_grow's modules use (``volume_grow``, a symlink
    to the collection's module_utils);
@@ -18,7 +19,9 @@ config's ``grow.request_dir``. For each request it:
    ``grow.state_dir/growth.log`` (one JSON object per line); the daemon reads the first.
 
 Credentials come from boto3's normal chain; on an EC2 node that is the instance role through
-the metadata service. Exit status: 0 when every request was answered (grown or refused),
+the metadata service. A GCP persistent disk (``provider: gcp``) is resized with the VM's own
+service-account token from the metadata server, through the ``Gce`` client roles/volume_grow
+uses; it has no cooldown. Exit status: 0 when every request was answered (grown or refused),
 2 for a bad config.
 """
 
@@ -33,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nodeprep.heartbeat import cloud_metadata
 from nodeprep.heartbeat import config as config_mod
 from nodeprep.heartbeat import volume_grow as vg
 from nodeprep.heartbeat.config import GrowConfig, GrowVolume
@@ -74,15 +78,65 @@ def ec2_client(volume: GrowVolume) -> Any:
     )
 
 
-def grow_volume(volume: GrowVolume, run: vg.Run = vg.run_command) -> dict[str, Any]:
-    """Grow one volume by a step; the outcome document (raises Refused or vg.GrowError)."""
-    disk = vg.resolve_disk(run, None if volume.device else volume.volume_id, volume.device, None)
+def _disk_under(volume: GrowVolume, run: vg.Run) -> str:
+    """The volume's disk, checked to be the one under its path, before any API call."""
+    if volume.provider == "gcp":
+        disk = vg.resolve_disk(
+            run, None, volume.device, None, None if volume.device else volume.disk
+        )
+    else:
+        disk = vg.resolve_disk(
+            run, None if volume.device else volume.volume_id, volume.device, None
+        )
     under = vg.from_mount(run, volume.path)
     if under != disk:
         raise Refused(
-            f"{volume.path} is on {under}, not on {disk} (volume {volume.volume_id}); fix "
+            f"{volume.path} is on {under}, not on {disk} (volume {volume.name}); fix "
             "grow.volumes' path or device"
         )
+    return disk
+
+
+def grow_volume(volume: GrowVolume, run: vg.Run = vg.run_command) -> dict[str, Any]:
+    """Grow one volume by a step; the outcome document (raises Refused or vg.GrowError)."""
+    disk = _disk_under(volume, run)
+    grow = _grow_gce if volume.provider == "gcp" else _grow_ebs
+    started = time.time()
+    fs_before = _fs_bytes(volume.path)
+    current, size, next_possible = grow(volume)
+    vg.wait_for_size(disk, size, volume.kernel_wait_s)
+    node, partition, number = vg.target(run, disk)
+    fstype = vg.check_fstype(node.get("fstype"), partition or disk)
+    if partition is not None and number is not None:
+        vg.grow_partition(run, disk, number)
+    if vg.fs_growable(run, partition or disk, fstype):
+        vg.grow_filesystem(run, partition or disk, fstype, node.get("mountpoint") or volume.path)
+    fs_after = _fs_bytes(volume.path)
+    return {
+        "outcome": GROWN,
+        "message": f"grew {volume.name} from {current} to {size} GiB and {volume.path} "
+        f"from {fs_before / 2**30:.2f} to {fs_after / 2**30:.2f} GiB in "
+        f"{time.time() - started:.1f} s",
+        "from_gb": current,
+        "size_gb": size,
+        "fs_bytes_before": fs_before,
+        "fs_bytes_after": fs_after,
+        "next_possible_at": next_possible,
+    }
+
+
+def _next_size(volume: GrowVolume, current: int) -> int:
+    if current >= volume.max_gb:
+        raise Refused(
+            f"{volume.name} is {current} GiB, its maximum (max_gb {volume.max_gb}); it "
+            "will not grow further: free space or raise max_gb",
+            kind=MAXIMUM,
+        )
+    return min(current + volume.step_gb, volume.max_gb)
+
+
+def _grow_ebs(volume: GrowVolume) -> tuple[int, int, float | None]:
+    """ModifyVolume by a step and wait until it is usable; (from, to, next possible time)."""
     ec2 = ec2_client(volume)
     try:
         current = int(vg.ebs_describe(ec2, volume.volume_id, volume.region)["Size"])
@@ -93,43 +147,56 @@ def grow_volume(volume: GrowVolume, run: vg.Run = vg.run_command) -> dict[str, A
             f"EC2 did not answer for {volume.volume_id}: {type(exc).__name__}: {exc}",
             kind="no-credentials" if "Credentials" in type(exc).__name__ else "",
         ) from exc
-    if current >= volume.max_gb:
-        raise Refused(
-            f"{volume.volume_id} is {current} GiB, its maximum (max_gb {volume.max_gb}); it "
-            "will not grow further: free space or raise max_gb",
-            kind=MAXIMUM,
-        )
-    size = min(current + volume.step_gb, volume.max_gb)
+    size = _next_size(volume, current)
     try:
         plan = vg.ebs_plan(ec2, volume.volume_id, size, volume.cooldown_hours, volume.region)
     except vg.CooldownError as exc:
         raise Refused(str(exc), kind=COOLDOWN, retry_at=exc.retry_at.timestamp()) from exc
-    fs_before = _fs_bytes(volume.path)
-    started = time.time()
     vg.ebs_modify(ec2, plan)
     vg.ebs_wait(ec2, volume.volume_id, volume.api_wait_s)
-    vg.wait_for_size(disk, size, volume.kernel_wait_s)
-    node, partition, number = vg.target(run, disk)
-    fstype = vg.check_fstype(node.get("fstype"), partition or disk)
-    if partition is not None and number is not None:
-        vg.grow_partition(run, disk, number)
-    if vg.fs_growable(run, partition or disk, fstype):
-        vg.grow_filesystem(run, partition or disk, fstype, node.get("mountpoint") or volume.path)
-    fs_after = _fs_bytes(volume.path)
     window = vg.ebs_next_modification(
         vg.ebs_modifications(ec2, volume.volume_id), volume.cooldown_hours
     )
-    return {
-        "outcome": GROWN,
-        "message": f"grew {volume.volume_id} from {current} to {size} GiB and {volume.path} "
-        f"from {fs_before / 2**30:.2f} to {fs_after / 2**30:.2f} GiB in "
-        f"{time.time() - started:.1f} s",
-        "from_gb": current,
-        "size_gb": size,
-        "fs_bytes_before": fs_before,
-        "fs_bytes_after": fs_after,
-        "next_possible_at": window[1].timestamp() if window else None,
-    }
+    return current, size, window[1].timestamp() if window else None
+
+
+def gce_client(volume: GrowVolume) -> vg.Gce:
+    """Compute Engine with the VM's own service account, project and zone from the metadata
+    server (unless the config names them); Refused when the server gives no token."""
+    server = cloud_metadata.GcpMetadata(volume.metadata_url)
+    prefix = "/computeMetadata/v1"
+
+    def read(path: str) -> str:
+        try:
+            status, body = server.get(prefix + path, 5.0)
+        except OSError as err:
+            raise Refused(
+                f"the metadata server at {volume.metadata_url} did not answer ({err}), so "
+                f"there are no credentials to grow {volume.disk} with",
+                kind="no-credentials",
+            ) from err
+        if status != 200:
+            raise Refused(
+                f"the metadata server answered HTTP {status} for {path}; the VM needs a "
+                f"service account with the compute scope to grow {volume.disk}",
+                kind="no-credentials",
+            )
+        return body.decode("utf-8", "replace").strip()
+
+    token = json.loads(read("/instance/service-accounts/default/token"))["access_token"]
+    project = volume.project or read("/project/project-id")
+    zone = volume.zone or read("/instance/zone").rsplit("/", 1)[-1]
+    return vg.Gce(project, zone, token, volume.endpoint_url or vg.GCE_API)
+
+
+def _grow_gce(volume: GrowVolume) -> tuple[int, int, float | None]:
+    """disks.resize by a step and wait for its operation; (from, to, None: no cooldown)."""
+    gce = gce_client(volume)
+    current = int(gce.disk(volume.disk)["sizeGb"])
+    size = _next_size(volume, current)
+    vg.gce_plan(gce, volume.disk, size)
+    vg.gce_resize(gce, volume.disk, size, volume.api_wait_s)
+    return current, size, None
 
 
 def _fs_bytes(path: str) -> int:
@@ -151,7 +218,7 @@ def answer(grow: GrowConfig, index: int, request: dict[str, Any]) -> dict[str, A
         document = {"outcome": FAILED, "kind": "", "message": str(exc)}
     document.update(
         request_id=request.get("id"),
-        volume_id=volume.volume_id,
+        volume_id=volume.name,
         path=volume.path,
         reason=request.get("reason"),
         requested_at=request.get("requested_at"),
@@ -162,7 +229,7 @@ def answer(grow: GrowConfig, index: int, request: dict[str, Any]) -> dict[str, A
     with open(Path(grow.state_dir) / "growth.log", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(document, sort_keys=True) + "\n")
     level = logging.WARNING if document["outcome"] == GROWN else logging.ERROR
-    log.log(level, "volume=%s path=%s outcome=%s %s", volume.volume_id, volume.path,
+    log.log(level, "volume=%s path=%s outcome=%s %s", volume.name, volume.path,
             document["outcome"], document["message"])  # fmt: skip
     return document
 

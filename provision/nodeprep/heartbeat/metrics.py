@@ -162,7 +162,7 @@ def _growth_families(snap: Snapshot) -> Iterator[Metric]:
                    "Unix time from which the provider accepts the next modification.",
                    labels)  # fmt: skip
     for path, volume in sorted(snap.growth.items()):
-        key = [path, volume.cfg.volume_id]
+        key = [path, volume.cfg.name]
         grown.add_metric(key, volume.grown_total)
         refused.add_metric(key, volume.refused_total)
         if volume.size_gb is not None:

@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from cloud_standin import GCP_PROJECT, GCP_TOKEN, GCP_ZONE, CloudStandIn
+from gce_standin import GceStandIn
 from moto_ec2 import SANDBOX_ENV
 from nodeprep.heartbeat import config as config_mod
 from nodeprep.heartbeat import metrics
@@ -66,6 +68,7 @@ def loop_ext4(tmp_path: Path, size_gib: int) -> Iterator[tuple[str, Path, Path]]
 
 
 def write_config(path: Path, mount: Path, tmp_path: Path, **volume: Any) -> None:
+    """The daemon's config: a free_space probe on MOUNT, and MOUNT's volume growable."""
     document = {
         "probes": [
             {"name": "data-free", "type": "free_space", "path": str(mount), "interval": 0.5,
@@ -229,3 +232,61 @@ def test_a_path_that_is_not_on_the_volume_is_refused_before_any_api_call(
     assert f"not on {device} (volume {volume_id})" in answer["message"]
     assert gib_of(ec2, volume_id) == 1
     assert ec2.describe_volumes_modifications(VolumeIds=[volume_id])["VolumesModifications"] == []
+
+
+def has_cap_sys_resource() -> bool:
+    """Whether this process may grow a mounted ext4 (the kernel asks for CAP_SYS_RESOURCE)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> 24 & 1)
+    return False
+
+
+def test_a_gcp_disk_grows_with_the_vms_own_token_then_stops_at_its_maximum(
+    tmp_path: Path, setup: tuple[str, str, Path, Path]
+) -> None:
+    _volume_id, device, mount, config = setup
+    with CloudStandIn("gcp") as metadata, GceStandIn(GCP_TOKEN, GCP_PROJECT) as gce:
+        gce.add_disk(GCP_ZONE, "train-data", 1)
+        volume = {"provider": "gcp", "disk": "train-data", "device": device, "max_gb": 2,
+                  "metadata_url": metadata.url, "endpoint_url": gce.url}  # fmt: skip
+        write_config(config, mount, tmp_path, **volume)
+        image = tmp_path / "disk.img"
+
+        def hypervisor() -> None:
+            """Grow the loop device once the stand-in has resized the disk, as GCE would."""
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and gce.size(GCP_ZONE, "train-data") < 2:
+                time.sleep(0.2)
+            with open(image, "r+b") as handle:
+                handle.truncate(2 * GIB)
+            subprocess.run(["losetup", "-c", device], check=True)
+
+        thread = threading.Thread(target=hypervisor, daemon=True)
+        thread.start()
+        answer = ask(tmp_path, config, "grow")
+        thread.join(timeout=60)
+        assert gce.resizes == [("train-data", 2)]
+        assert int(subprocess.run(["blockdev", "--getsize64", device], capture_output=True,
+                                  text=True, check=True).stdout) == 2 * GIB  # fmt: skip
+        if has_cap_sys_resource():
+            assert answer["outcome"] == "grown", answer
+            assert (answer["from_gb"], answer["size_gb"]) == (1, 2)
+            assert answer["fs_bytes_after"] > 1.9 * GIB
+            assert answer["next_possible_at"] is None  # persistent disks have no cooldown
+        else:  # root without CAP_SYS_RESOURCE (the test machines): the kernel refuses, said so
+            assert answer["outcome"] == "failed", answer
+            assert f"resize2fs {device} failed" in answer["message"], answer
+            assert "Permission denied" in answer["message"], answer
+
+        at_max = ask(tmp_path, config, "at-max")
+        assert (at_max["outcome"], at_max["kind"]) == ("refused", "maximum"), at_max
+        assert "train-data is 2 GiB, its maximum (max_gb 2)" in at_max["message"]
+        assert gce.resizes == [("train-data", 2)]
+        paths = [path for method, path in metadata.requests if method == "GET"]
+        assert "/computeMetadata/v1/instance/service-accounts/default/token" in paths
+
+        write_config(config, mount, tmp_path, **{**volume, "metadata_url": "http://127.0.0.1:9"})
+        silent = ask(tmp_path, config, "no-metadata")
+        assert (silent["outcome"], silent["kind"]) == ("refused", "no-credentials"), silent
+        assert "the metadata server at http://127.0.0.1:9 did not answer" in silent["message"]

@@ -44,7 +44,12 @@ def _volume(**change: Any) -> Any:
         (_volume(step_gb=0), "grow.volumes[0].step_gb: must be an integer of 1 or more"),
         (_volume(max_gb=50), "grow.volumes[0].max_gb: 50 GiB is below step_gb 100"),
         (_volume(max_gb="2T"), "grow.volumes[0].max_gb: expected int"),
-        (_volume(provider="gcp"), "grow.volumes[0].provider: the growth action grows aws"),
+        (_volume(provider="azure"), "grow.volumes[0].provider: the growth action grows aws, gcp"),
+        (_volume(provider="gcp"), "grow.volumes[0].volume_id: not a key of provider gcp"),
+        (_volume(disk="train-data"), "grow.volumes[0].disk: not a key of provider aws"),
+        (lambda c: c["grow"]["volumes"][0].update(provider="gcp", disk="Train_Data")
+         or c["grow"]["volumes"][0].pop("volume_id"),
+         "grow.volumes[0].disk: 'Train_Data' is not a GCE disk name"),
         (_volume(path="data"), "grow.volumes[0].path: needs an absolute directory path"),
         (_volume(device="sdb"), "grow.volumes[0].device: needs a /dev/ path"),
         (_volume(endpoint_url="ftp://x"), "grow.volumes[0].endpoint_url: needs an http://"),
@@ -66,6 +71,17 @@ def test_bad_growth_entries_name_the_key(tmp_path: Path, mutate: Any, message: s
         config_mod.parse(raw)
     assert str(caught.value).startswith(message), str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_gcp_disk_takes_project_and_zone_from_the_metadata_server_unless_named(
+    tmp_path: Path,
+) -> None:
+    raw = _good(tmp_path)
+    raw["grow"]["volumes"][0] = {"path": str(tmp_path), "provider": "gcp", "disk": "train-data",
+                                 "step_gb": 100, "max_gb": 2000}  # fmt: skip
+    (volume,) = config_mod.parse(raw).grow.volumes
+    assert (volume.name, volume.project, volume.zone) == ("train-data", None, None)
+    assert volume.metadata_url == "http://169.254.169.254"
 
 
 def test_the_controller_checks_the_document_without_the_nodes_paths(tmp_path: Path) -> None:
