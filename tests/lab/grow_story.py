@@ -112,7 +112,11 @@ class Hypervisor(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            volume = self.ec2.describe_volumes(VolumeIds=[self.volume_id])["Volumes"][0]
+            try:
+                volume = self.ec2.describe_volumes(VolumeIds=[self.volume_id])["Volumes"][0]
+            except Exception as err:  # recorded; the story fails on it
+                self.errors.append(f"describe_volumes: {err}")
+                return
             if int(volume["Size"]) > self.seen:
                 self.stop.wait(2)  # EBS is late: the helper waits for the kernel
                 done = self.node.cli("fault", "node1", "disk-grow", f"{volume['Size']}G")
@@ -162,11 +166,12 @@ def the_disk_grows_before_it_fills(
                 assert node.sh("systemctl is-active nodeprep-volume-grow.path").strip() == "active"
                 hypervisor = Hypervisor(node, ec2, volume_id, start_gib)
                 hypervisor.start()
-                timeline, still_filling = _fill_until_the_maximum(node, 420)
+                try:
+                    timeline, still_filling = _fill_until_the_maximum(node, 420)
+                finally:  # while moto still answers
+                    hypervisor.stop.set()
+                    hypervisor.join(timeout=60)
     finally:
-        if hypervisor is not None:
-            hypervisor.stop.set()
-            hypervisor.join(timeout=60)
         node.sh("sudo systemctl stop nodeprep-test-fill 2>/dev/null; sudo rm -rf /data/fill; "
                 f"sudo kill {standin}; sudo ip link del md0; true")  # fmt: skip
         for key, value in saved_env.items():
