@@ -55,6 +55,8 @@ def run_command(argv: list[str]) -> tuple[int, str, str]:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     except OSError as err:
         return 127, "", f"{argv[0]}: {err.strerror or err}"
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]} did not finish within 300 s"
     return done.returncode, done.stdout, done.stderr
 
 
@@ -245,7 +247,14 @@ class Gce:
                 ) from err
             if err.status != 404:
                 raise
-        zones = self.zones_of(name)
+        try:
+            zones = self.zones_of(name)
+        except GceError as err:  # listing needs compute.disks.list, which may be missing
+            raise GrowError(
+                f"GCP disk {name} does not exist in zone {self.zone} of project "
+                f"{self.project} (and listing its disks to find it elsewhere was refused: "
+                f"{err}); check gce_disk and the zone."
+            ) from err
         if zones:
             raise GrowError(
                 f"GCP disk {name} is in zone {', '.join(zones)}, not {self.zone}; set the "
@@ -387,8 +396,13 @@ def resolve_disk(
 ) -> str:  # fmt: skip
     """The whole disk named by a volume id (EBS), a disk name (GCE), a device or a mount
     point (an id or name and a device must agree)."""
-    disk = by_id(volume_id) if volume_id else by_gce_name(gce_disk) if gce_disk else None
     named = os.path.realpath(device) if device else None
+    try:
+        disk = by_id(volume_id) if volume_id else by_gce_name(gce_disk) if gce_disk else None
+    except GrowError:
+        if named is None:
+            raise
+        disk = None  # no by-id link (Xen, a custom device name): the device given decides
     if disk and named and disk != named:
         raise GrowError(
             f"{'EBS volume ' + volume_id if volume_id else 'GCP disk ' + str(gce_disk)} is "

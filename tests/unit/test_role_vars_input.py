@@ -43,7 +43,7 @@ def invoke(*args: str) -> tuple[int, str]:
          '"step_gb": 1, "max_gb": 2}]}',
          "(grow.volumes[0].volume_id: 'vol-1' is not an EBS volume id; ids look like vol-"),
         ("provision", '{"heartbeat_grow_volumes": [{"path": "/data", "volume_id": '
-         '"vol-0123456789abcdef0", "step_gb": 100, "max_gb": 50}]}',
+         '"vol-0123456789abcdef0", "region": "eu-west-1", "step_gb": 100, "max_gb": 50}]}',
          "(grow.volumes[0].max_gb: 50 GiB is below step_gb 100"),
         ("provision", "heartbeat_cloud=oracle",
          "heartbeat_cloud must be one of: auto, aws, gcp, azure, none"),

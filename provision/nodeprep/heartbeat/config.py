@@ -393,10 +393,14 @@ def _grow(raw: object) -> GrowConfig:
     volumes = []
     for index, item in enumerate(sec.get("volumes", list, [])):
         volumes.append(_grow_volume(item, f"grow.volumes[{index}]"))
-    paths = [v.path for v in volumes]
-    for index, path in enumerate(paths):
-        if path in paths[:index]:
-            raise ConfigError(f"grow.volumes[{index}].path: {path} is listed twice.")
+    for key in ("path", "name"):
+        seen = [getattr(v, key) for v in volumes]
+        for index, value in enumerate(seen):
+            if value in seen[:index]:
+                field = (
+                    "path" if key == "path" else ("disk" if volumes[index].disk else "volume_id")
+                )
+                raise ConfigError(f"grow.volumes[{index}].{field}: {value} is listed twice.")
     dirs = {}
     for key, default in (("request_dir", GrowConfig.request_dir),
                          ("state_dir", GrowConfig.state_dir)):  # fmt: skip
@@ -404,9 +408,24 @@ def _grow(raw: object) -> GrowConfig:
         if not value or not Path(value).is_absolute():
             raise ConfigError(f"{sec.key(key)}: needs an absolute directory path, got {value!r}.")
         dirs[key] = value
+    request, state = Path(dirs["request_dir"]), Path(dirs["state_dir"])
+    if request == state or request in state.parents or state in request.parents:
+        raise ConfigError(
+            "grow.state_dir: must not be inside grow.request_dir or hold it: the daemon may "
+            "write in the one, only root in the other."
+        )
+    # The daemon must wait longer than the helper may take (its unit's TimeoutStartSec),
+    # or it would give up on an answer still coming and ask again.
+    longest = 300.0 + sum(v.api_wait_s + v.kernel_wait_s for v in volumes)
+    answer_timeout = sec.positive("answer_timeout_s", max(1800.0, longest + 60))
+    if answer_timeout <= longest:
+        raise ConfigError(
+            f"grow.answer_timeout_s: {answer_timeout:g} s is not more than the helper may take "
+            f"({longest:g} s: 300 plus every volume's api_wait_s and kernel_wait_s); raise it."
+        )
     grow = GrowConfig(
         volumes=tuple(volumes),
-        answer_timeout_s=sec.positive("answer_timeout_s", 1800.0),
+        answer_timeout_s=answer_timeout,
         retry_s=sec.positive("retry_s", 600.0),
         **dirs,
     )
@@ -473,6 +492,11 @@ def _grow_ids(sec: _Section, provider: str) -> dict[str, Any]:
             raise ConfigError(
                 f"{sec.key('volume_id')}: {volume_id!r} is not an EBS volume id; ids look like "
                 "vol-0123456789abcdef0."
+            )
+        if not sec.data.get("region"):
+            raise ConfigError(
+                f"{sec.key('region')}: an EBS volume needs its region (boto3 on the node has "
+                "no default), for example eu-west-1."
             )
         return {"volume_id": volume_id}
     found: dict[str, Any] = {}

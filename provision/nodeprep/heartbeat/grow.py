@@ -7,16 +7,17 @@ The daemon runs unprivileged (CAP_KILL only) and cannot grow a disk, so the work
   critical), write a request file into ``request_dir``. The request names the volume by its
   index in the config and nothing else; one request per volume is outstanding at a time.
 - ``nodeprep.heartbeat.grow_helper``, as root: a systemd path unit starts it when a request
-  appears. It reads every parameter (volume id, step, maximum, cooldown) from the same root-owned
-  config file, never from the request, grows the volume through the code ``roles/volume_grow``
-  uses, and writes the outcome into ``state_dir`` (one JSON file per volume, and a log line).
+  appears. It reads every parameter (volume id, step, maximum, cooldown) from the same
+  root-owned config file, never from the request, grows the volume through the code
+  ``roles/volume_grow`` uses, and writes the outcome into ``state_dir`` (one JSON file per
+  volume, and a log line).
 - Back here: the outcome is logged and exported. A refusal (cooldown, maximum reached, no
   credentials, a failure) is said once, warns the trainers through the same path as a probe
   trip (an emergency checkpoint), and holds further requests until the refusal's time has come
   (the cooldown's end) or, for the maximum, until the daemon restarts with a new config.
 
-When the disk is critical the free_space probe itself trips (an emergency checkpoint) before
-the request is written, so the checkpoint is asked for first.
+When the disk is critical the action trips first (an emergency checkpoint while one still
+fits) and asks for growth after.
 """
 
 from __future__ import annotations
@@ -113,22 +114,20 @@ class GrowAction:
     ) -> None:
         self.cfg, self.trip, self.clock = cfg, trip, clock
         self.volumes = [VolumeGrowth(i, v) for i, v in enumerate(cfg.volumes)]
-        self._dev: dict[int, int] = {}  # volume index -> st_dev of its path
 
     def volume_for(self, path: str) -> VolumeGrowth | None:
-        """The growable volume that holds ``path`` (same filesystem), if any."""
+        """The growable volume that holds ``path`` (same filesystem), if any; read at every
+        reading, so a volume mounted (or unmounted) since is seen as it is now."""
         try:
             dev = os.stat(path).st_dev
         except OSError:
             return None
         for volume in self.volumes:
-            if volume.index not in self._dev:
-                try:
-                    self._dev[volume.index] = os.stat(volume.cfg.path).st_dev
-                except OSError:
-                    continue
-            if self._dev[volume.index] == dev:
-                return volume
+            try:
+                if os.stat(volume.cfg.path).st_dev == dev:
+                    return volume
+            except OSError:
+                continue
         return None
 
     def observe(self, probe: str, reading: DiskReading) -> None:
@@ -147,6 +146,9 @@ class GrowAction:
         now = self.clock()
         if now < volume.held_until:
             return
+        if reading.level == "critical":  # an emergency checkpoint first, while one fits
+            self.trip(Trip(f"{probe}:grow", f"{reading.path} is critical; checkpoint before "
+                           "growing it", now))  # fmt: skip
         why = (
             f"{reading.path} is critical ({reading.free_bytes} bytes free)"
             if reading.level == "critical" and not soon

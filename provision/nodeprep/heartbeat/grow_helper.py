@@ -30,6 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import re
+import stat
 import sys
 import time
 from datetime import UTC, datetime
@@ -46,7 +49,6 @@ from nodeprep.heartbeat.grow import (
     GROWN,
     MAXIMUM,
     REFUSED,
-    read_json,
     request_path,
     result_path,
     write_atomic,
@@ -73,21 +75,24 @@ def ec2_client(volume: GrowVolume) -> Any:
             "node; set heartbeat_grow_aws_install: true (or install boto3 there)",
             kind="no-credentials",
         ) from err
-    return boto3.client(
-        "ec2", region_name=volume.region or None, endpoint_url=volume.endpoint_url or None
-    )
+    try:
+        return boto3.client(
+            "ec2", region_name=volume.region or None, endpoint_url=volume.endpoint_url or None
+        )
+    except Exception as exc:  # botocore's NoRegionError and the like: nothing was called
+        raise Refused(
+            f"no EC2 client for {volume.volume_id}: {type(exc).__name__}: {exc}; set the "
+            "volume's region",
+            kind="no-credentials",
+        ) from exc
 
 
 def _disk_under(volume: GrowVolume, run: vg.Run) -> str:
     """The volume's disk, checked to be the one under its path, before any API call."""
     if volume.provider == "gcp":
-        disk = vg.resolve_disk(
-            run, None, volume.device, None, None if volume.device else volume.disk
-        )
+        disk = vg.resolve_disk(run, None, volume.device, None, volume.disk)
     else:
-        disk = vg.resolve_disk(
-            run, None if volume.device else volume.volume_id, volume.device, None
-        )
+        disk = vg.resolve_disk(run, volume.volume_id, volume.device, None)
     under = vg.from_mount(run, volume.path)
     if under != disk:
         raise Refused(
@@ -97,20 +102,53 @@ def _disk_under(volume: GrowVolume, run: vg.Run) -> str:
     return disk
 
 
+def _grow_on_node(volume: GrowVolume, disk: str, run: vg.Run) -> bool:
+    """growpart and the online grow, where the disk has room the filesystem does not use;
+    whether anything grew."""
+    node, partition, number = vg.target(run, disk)
+    device = partition or disk
+    fstype = vg.check_fstype(node.get("fstype"), device)
+    grew = False
+    if partition is not None and number is not None:
+        grew = vg.grow_partition(run, disk, number)
+    # ext: at least a block to gain (dumpe2fs); xfs has no such count: a device over a tenth
+    # larger than the filesystem (its log and headers take far less).
+    if fstype.startswith("ext"):
+        lagging = vg.fs_growable(run, device, fstype)
+    else:
+        lagging = vg.disk_bytes(device) > 1.1 * _fs_bytes(volume.path)
+    if lagging:
+        vg.grow_filesystem(run, device, fstype, node.get("mountpoint") or volume.path)
+    return grew or lagging
+
+
 def grow_volume(volume: GrowVolume, run: vg.Run = vg.run_command) -> dict[str, Any]:
-    """Grow one volume by a step; the outcome document (raises Refused or vg.GrowError)."""
+    """Grow one volume by a step; the outcome document (raises Refused or vg.GrowError).
+
+    A disk the provider already grew, whose partition or filesystem did not follow (an
+    earlier run that failed after the API call), is finished first, with no API call: else
+    EC2's cooldown, or on GCP another step, would leave the new space unused.
+    """
     disk = _disk_under(volume, run)
-    grow = _grow_gce if volume.provider == "gcp" else _grow_ebs
     started = time.time()
     fs_before = _fs_bytes(volume.path)
+    if _grow_on_node(volume, disk, run):
+        size = vg.disk_bytes(disk) // vg.GIB
+        return {
+            "outcome": GROWN,
+            "message": f"finished an earlier growth of {volume.name}: {volume.path} from "
+            f"{fs_before / 2**30:.2f} to {_fs_bytes(volume.path) / 2**30:.2f} GiB, with no "
+            "API call",
+            "from_gb": size,
+            "size_gb": size,
+            "fs_bytes_before": fs_before,
+            "fs_bytes_after": _fs_bytes(volume.path),
+            "next_possible_at": None,
+        }
+    grow = _grow_gce if volume.provider == "gcp" else _grow_ebs
     current, size, next_possible = grow(volume)
     vg.wait_for_size(disk, size, volume.kernel_wait_s)
-    node, partition, number = vg.target(run, disk)
-    fstype = vg.check_fstype(node.get("fstype"), partition or disk)
-    if partition is not None and number is not None:
-        vg.grow_partition(run, disk, number)
-    if vg.fs_growable(run, partition or disk, fstype):
-        vg.grow_filesystem(run, partition or disk, fstype, node.get("mountpoint") or volume.path)
+    _grow_on_node(volume, disk, run)
     fs_after = _fs_bytes(volume.path)
     return {
         "outcome": GROWN,
@@ -183,7 +221,14 @@ def gce_client(volume: GrowVolume) -> vg.Gce:
             )
         return body.decode("utf-8", "replace").strip()
 
-    token = json.loads(read("/instance/service-accounts/default/token"))["access_token"]
+    try:
+        token = str(json.loads(read("/instance/service-accounts/default/token"))["access_token"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise Refused(
+            f"the metadata server gave no access token for {volume.disk} ({err!r}); the VM "
+            "needs a service account with the compute scope",
+            kind="no-credentials",
+        ) from err
     project = volume.project or read("/project/project-id")
     zone = volume.zone or read("/instance/zone").rsplit("/", 1)[-1]
     return vg.Gce(project, zone, token, volume.endpoint_url or vg.GCE_API)
@@ -200,8 +245,6 @@ def _grow_gce(volume: GrowVolume) -> tuple[int, int, float | None]:
 
 
 def _fs_bytes(path: str) -> int:
-    import os
-
     stats = os.statvfs(path)
     return stats.f_blocks * stats.f_frsize
 
@@ -216,22 +259,72 @@ def answer(grow: GrowConfig, index: int, request: dict[str, Any]) -> dict[str, A
                     "next_possible_at": exc.retry_at}  # fmt: skip
     except vg.GrowError as exc:
         document = {"outcome": FAILED, "kind": "", "message": str(exc)}
+    except Exception as exc:  # an answer always comes, or the daemon waits half an hour
+        log.exception("growing %s failed", volume.name)
+        document = {"outcome": FAILED, "kind": "", "message": f"{type(exc).__name__}: {exc}"}
     document.update(
-        request_id=request.get("id"),
+        request_id=request["id"],
         volume_id=volume.name,
         path=volume.path,
-        reason=request.get("reason"),
-        requested_at=request.get("requested_at"),
+        reason=request["reason"],
+        requested_at=request["requested_at"],
         finished_at=time.time(),
         finished=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     write_atomic(result_path(grow, index), document)
-    with open(Path(grow.state_dir) / "growth.log", "a", encoding="utf-8") as handle:
+    fd = os.open(Path(grow.state_dir) / "growth.log",
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # fmt: skip
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(document, sort_keys=True) + "\n")
     level = logging.WARNING if document["outcome"] == GROWN else logging.ERROR
     log.log(level, "volume=%s path=%s outcome=%s %s", volume.name, volume.path,
             document["outcome"], document["message"])  # fmt: skip
     return document
+
+
+REQUEST_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def take_request(path: Path, index: int) -> dict[str, Any] | None:
+    """The request for volume ``index`` at ``path``, removed; None (logged) when it is not a
+    small regular file of the daemon's shape. Only the index chooses what is grown; the id,
+    reason and time are echoed back, checked and bounded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        log.error("ignored %s: %s", path, err.strerror)
+        path.unlink(missing_ok=True)
+        return None
+    try:
+        info = os.fstat(fd)
+        raw = os.read(fd, 4097) if stat.S_ISREG(info.st_mode) else b""
+    finally:
+        os.close(fd)
+    path.unlink(missing_ok=True)  # taken: a new request while growing starts a new run
+    try:
+        found = json.loads(raw) if 0 < len(raw) <= 4096 else None
+    except ValueError:
+        found = None
+    if (
+        not isinstance(found, dict)
+        or found.get("volume") != index
+        or not REQUEST_ID.match(str(found.get("id", "")))
+    ):
+        log.error("ignored a malformed request in %s", path)
+        return None
+    at = found.get("requested_at")
+    return {"id": found["id"], "reason": str(found.get("reason", ""))[:300],
+            "requested_at": float(at) if isinstance(at, int | float) else None}  # fmt: skip
+
+
+def check_state_dir(grow: GrowConfig) -> str | None:
+    """Why the answers' directory is unsafe for root to write in, or None."""
+    state = Path(grow.state_dir)
+    info = state.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        return (f"{state} must be a directory owned by the helper's user and writable by no "
+                "one else")  # fmt: skip
+    return None
 
 
 def serve(grow: GrowConfig) -> int:
@@ -241,10 +334,8 @@ def serve(grow: GrowConfig) -> int:
         path = request_path(grow, index)
         if not path.exists():
             continue
-        request = read_json(path) or {}
-        path.unlink(missing_ok=True)  # taken: a new request while growing starts a new run
-        if request.get("volume") != index:
-            log.error("ignored a malformed request in %s", path)
+        request = take_request(path, index)
+        if request is None:
             continue
         answer(grow, index, request)
         answered += 1
@@ -268,7 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     except config_mod.ConfigError as err:
         print(f"nodeprep-volume-grow: bad config {args.config}: {err}", file=sys.stderr)
         return 2
-    Path(cfg.grow.state_dir).mkdir(parents=True, exist_ok=True)
+    Path(cfg.grow.state_dir).mkdir(mode=0o755, parents=True, exist_ok=True)
+    unsafe = check_state_dir(cfg.grow)
+    if unsafe:
+        print(f"nodeprep-volume-grow: {unsafe}; nothing was grown.", file=sys.stderr)
+        return 2
     serve(cfg.grow)
     return 0
 

@@ -15,6 +15,7 @@ dcgm-exporter labels them, so a series follows the board when indices are renumb
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,7 +168,7 @@ def _growth_families(snap: Snapshot) -> Iterator[Metric]:
         refused.add_metric(key, volume.refused_total)
         if volume.size_gb is not None:
             size.add_metric(key, volume.size_gb)
-        if volume.held_reason:
+        if volume.held_reason and volume.held_until > time.time():
             held.add_metric([*key, volume.held_reason[:200]], 1.0)
         if volume.next_possible_at is not None:
             after.add_metric(key, volume.next_possible_at)

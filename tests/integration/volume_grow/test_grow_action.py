@@ -19,6 +19,7 @@ Needs root (loop devices, mount); CI runs as root.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -105,10 +106,12 @@ def answer_of(tmp_path: Path) -> dict[str, Any]:
     return dict(json.loads((tmp_path / "state" / "volume-0.json").read_text()))
 
 
-def ask(tmp_path: Path, config: Path, request_id: str) -> dict[str, Any]:
-    """One request answered by the helper, as the path unit would start it."""
+def ask(tmp_path: Path, config: Path, name: str) -> dict[str, Any]:
+    """One request answered by the helper, as the path unit would start it (its id: the
+    32 hex digits of NAME's md5, as the daemon's are a uuid4's)."""
+    request_id = hashlib.md5(name.encode()).hexdigest()
     (tmp_path / "requests" / "volume-0.request").write_text(
-        json.dumps({"id": request_id, "volume": 0})
+        json.dumps({"id": request_id, "volume": 0, "reason": name})
     )
     done = helper(config)
     assert done.returncode == 0, done.stderr
@@ -216,7 +219,7 @@ def test_inside_the_cooldown_growth_is_refused_with_the_time_it_becomes_possible
     assert answer["next_possible_at"] > time.time() + 5.9 * 3600
     assert gib_of(ec2, volume_id) == 2
     log = (tmp_path / "state" / "growth.log").read_text().splitlines()
-    assert [json.loads(line)["request_id"] for line in log] == ["cooldown"]
+    assert [json.loads(line)["reason"] for line in log] == ["cooldown"]
 
 
 def test_a_path_that_is_not_on_the_volume_is_refused_before_any_api_call(
@@ -224,8 +227,9 @@ def test_a_path_that_is_not_on_the_volume_is_refused_before_any_api_call(
 ) -> None:
     volume_id, device, _mount, config = setup
     (tmp_path / "elsewhere").mkdir()
+    # EC2 at a closed port: any API call would turn the refusal into "EC2 did not answer".
     write_config(config, tmp_path / "elsewhere", tmp_path, volume_id=volume_id, device=device,
-                 endpoint_url=moto_endpoint, cooldown_hours=0, max_gb=10)  # fmt: skip
+                 endpoint_url="http://127.0.0.1:9", cooldown_hours=0, max_gb=10)  # fmt: skip
     answer = ask(tmp_path, config, "wrong-disk")
     assert answer["outcome"] == "refused", answer
     assert f"{tmp_path / 'elsewhere'} is on " in answer["message"]
@@ -242,15 +246,32 @@ def has_cap_sys_resource() -> bool:
     return False
 
 
-def test_a_gcp_disk_grows_with_the_vms_own_token_then_stops_at_its_maximum(
+def test_a_gcp_disk_is_grown_with_the_vms_own_token_and_never_beyond_its_maximum(
     tmp_path: Path, setup: tuple[str, str, Path, Path]
 ) -> None:
     _volume_id, device, mount, config = setup
     with CloudStandIn("gcp") as metadata, GceStandIn(GCP_TOKEN, GCP_PROJECT) as gce:
         gce.add_disk(GCP_ZONE, "train-data", 1)
-        volume = {"provider": "gcp", "disk": "train-data", "device": device, "max_gb": 2,
+        volume = {"provider": "gcp", "disk": "train-data", "device": device, "max_gb": 1,
                   "metadata_url": metadata.url, "endpoint_url": gce.url}  # fmt: skip
+
+        # At its maximum: refused, with the VM's token and no resize.
         write_config(config, mount, tmp_path, **volume)
+        at_max = ask(tmp_path, config, "at-max")
+        assert (at_max["outcome"], at_max["kind"]) == ("refused", "maximum"), at_max
+        assert "train-data is 1 GiB, its maximum (max_gb 1)" in at_max["message"]
+        paths = [path for method, path in metadata.requests if method == "GET"]
+        assert "/computeMetadata/v1/instance/service-accounts/default/token" in paths
+
+        # A metadata server that does not answer: no credentials, said as such.
+        write_config(config, mount, tmp_path, **{**volume, "metadata_url": "http://127.0.0.1:9"})
+        silent = ask(tmp_path, config, "no-metadata")
+        assert (silent["outcome"], silent["kind"]) == ("refused", "no-credentials"), silent
+        assert "the metadata server at http://127.0.0.1:9 did not answer" in silent["message"]
+        assert gce.resizes == []
+
+        # Room for one more GiB: disks.resize, the disk grows under the node, then the grow.
+        write_config(config, mount, tmp_path, **{**volume, "max_gb": 2})
         image = tmp_path / "disk.img"
 
         def hypervisor() -> None:
@@ -269,24 +290,19 @@ def test_a_gcp_disk_grows_with_the_vms_own_token_then_stops_at_its_maximum(
         assert gce.resizes == [("train-data", 2)]
         assert int(subprocess.run(["blockdev", "--getsize64", device], capture_output=True,
                                   text=True, check=True).stdout) == 2 * GIB  # fmt: skip
+        again = ask(tmp_path, config, "again")
         if has_cap_sys_resource():
             assert answer["outcome"] == "grown", answer
             assert (answer["from_gb"], answer["size_gb"]) == (1, 2)
             assert answer["fs_bytes_after"] > 1.9 * GIB
             assert answer["next_possible_at"] is None  # persistent disks have no cooldown
+            assert (again["outcome"], again["kind"]) == ("refused", "maximum"), again
         else:  # root without CAP_SYS_RESOURCE (the test machines): the kernel refuses, said so
             assert answer["outcome"] == "failed", answer
             assert f"resize2fs {device} failed" in answer["message"], answer
             assert "Permission denied" in answer["message"], answer
-
-        at_max = ask(tmp_path, config, "at-max")
-        assert (at_max["outcome"], at_max["kind"]) == ("refused", "maximum"), at_max
-        assert "train-data is 2 GiB, its maximum (max_gb 2)" in at_max["message"]
+            # The next request finishes that growth first, with no second resize: here the
+            # kernel refuses again, and it says so again.
+            assert again["outcome"] == "failed", again
+            assert f"resize2fs {device} failed" in again["message"], again
         assert gce.resizes == [("train-data", 2)]
-        paths = [path for method, path in metadata.requests if method == "GET"]
-        assert "/computeMetadata/v1/instance/service-accounts/default/token" in paths
-
-        write_config(config, mount, tmp_path, **{**volume, "metadata_url": "http://127.0.0.1:9"})
-        silent = ask(tmp_path, config, "no-metadata")
-        assert (silent["outcome"], silent["kind"]) == ("refused", "no-credentials"), silent
-        assert "the metadata server at http://127.0.0.1:9 did not answer" in silent["message"]

@@ -80,7 +80,10 @@ def test_a_request_only_when_full_soon_or_critical_and_one_at_a_time(world: Any)
     assert again["id"] != first["id"]
     assert "is critical" in again["reason"]
     assert action.volumes[0].grown_total == 1
-    assert trips == []
+    # Critical: an emergency checkpoint is asked for before the growth.
+    assert [t.evidence for t in trips] == [
+        f"{tmp / 'data'} is critical; checkpoint before growing it"
+    ]
 
 
 def test_a_cooldown_holds_until_ec2_accepts_again_and_is_said_once(world: Any) -> None:

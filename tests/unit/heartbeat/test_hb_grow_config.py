@@ -18,7 +18,13 @@ def _good(tmp_path: Path) -> dict[str, Any]:
         "probes": [{"name": "data-free", "type": "free_space", "path": str(tmp_path)}],
         "grow": {
             "volumes": [
-                {"path": str(tmp_path), "volume_id": VOLUME_ID, "step_gb": 100, "max_gb": 2000}
+                {
+                    "path": str(tmp_path),
+                    "volume_id": VOLUME_ID,
+                    "region": "eu-west-1",
+                    "step_gb": 100,
+                    "max_gb": 2000,
+                }
             ]
         },
     }
@@ -56,6 +62,15 @@ def _volume(**change: Any) -> Any:
         (_volume(cooldown_hours=-1), "grow.volumes[0].cooldown_hours: must be 0 or more"),
         (_volume(when_s=0), "grow.volumes[0].when_s: must be a positive number"),
         (_volume(step=5), "grow.volumes[0].step: unknown key"),
+        (lambda c: c["grow"]["volumes"][0].pop("region"),
+         "grow.volumes[0].region: an EBS volume needs its region"),
+        (lambda c: c["grow"]["volumes"].append(
+            dict(c["grow"]["volumes"][0], path=c["probes"][0]["path"] + "/sub")),
+         f"grow.volumes[1].volume_id: {VOLUME_ID} is listed twice"),
+        (lambda c: c["grow"].update(request_dir="/run/g", state_dir="/run/g/state"),
+         "grow.state_dir: must not be inside grow.request_dir"),
+        (lambda c: c["grow"].update(answer_timeout_s=600),
+         "grow.answer_timeout_s: 600 s is not more than the helper may take (1320 s"),
         (lambda c: c["grow"]["volumes"].append(dict(c["grow"]["volumes"][0])),
          "grow.volumes[1].path: "),
         (lambda c: c["grow"].update(request_dir="run"), "grow.request_dir: needs an absolute"),
@@ -79,6 +94,7 @@ def test_a_gcp_disk_takes_project_and_zone_from_the_metadata_server_unless_named
     raw = _good(tmp_path)
     raw["grow"]["volumes"][0] = {"path": str(tmp_path), "provider": "gcp", "disk": "train-data",
                                  "step_gb": 100, "max_gb": 2000}  # fmt: skip
+    raw["grow"]["volumes"][0].pop("region", None)
     (volume,) = config_mod.parse(raw).grow.volumes
     assert (volume.name, volume.project, volume.zone) == ("train-data", None, None)
     assert volume.metadata_url == "http://169.254.169.254"
