@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any
 
 import boto3
 from lab_helpers import LabNode
+from spot_notice import _nodeprep
 
 from moto_ec2 import REGION, SANDBOX_ENV, make_volume, moto_server
 from nodeprep import wheel
@@ -51,19 +50,6 @@ def aws_wheels() -> list[str]:
     cache = Path.home() / ".cache" / "nodeprep" / "wheels" / "deps"
     return [str(wheel.dependency_wheel(name, cache, "heartbeat_grow_aws_wheels"))
             for name in AWS_WHEELS]  # fmt: skip
-
-
-def _provision(node: LabNode, inventory: Path, variables: dict[str, Any], workdir: Path) -> None:
-    path = workdir / "grow-vars.json"
-    path.write_text(json.dumps(variables))
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("nodeprep")), "provision", str(inventory), "--fast",
-         "--tags", "heartbeat", "-e", f"@{path}"],
-        capture_output=True, text=True, env=node.env, timeout=1200, check=False,
-    )  # fmt: skip
-    out = done.stdout[-5000:] + done.stderr[-3000:]
-    print(f"$ nodeprep provision --tags heartbeat ({done.returncode})\n{out}", flush=True)
-    assert done.returncode == 0, out
 
 
 def _answer(node: LabNode) -> dict[str, Any]:
@@ -161,7 +147,10 @@ def the_disk_grows_before_it_fills(
             link = f"/dev/disk/by-id/virtio-{volume_id.replace('-', '')}"
             node.sh(f"sudo mkdir -p /dev/disk/by-id && sudo ln -sfn ../../vdb {link}")
             with reverse_tunnel(node.target, GUEST_PORT, int(url.rsplit(":", 1)[1])):
-                _provision(node, inventory, _variables(image_vars, volume_id, start_gib), workdir)
+                variables = workdir / "grow-vars.json"
+                variables.write_text(json.dumps(_variables(image_vars, volume_id, start_gib)))
+                _nodeprep(node, workdir, "provision", str(inventory), "--fast", "--tags",
+                          "heartbeat", "-e", f"@{variables}")  # fmt: skip
                 provisioned = time.monotonic()
                 assert node.sh("systemctl is-active nodeprep-volume-grow.path").strip() == "active"
                 hypervisor = Hypervisor(node, ec2, volume_id, start_gib)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nodeprep import contract
 from nodeprep.heartbeat import cloud_metadata
+from nodeprep.heartbeat.volume_grow import GCE_NAME, VOLUME_ID
 
 PROBE_TYPES = (
     "http", "imds", "spot_notice", "tcp", "icmp", "writable", "free_space", "gpu", "progress",
@@ -384,8 +384,6 @@ def _hang(raw: object) -> HangConfig:
 
 
 GROW_PROVIDERS = ("aws", "gcp")
-GCE_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
-VOLUME_ID = re.compile(r"^vol-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 
 
 def _grow(raw: object) -> GrowConfig:

@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodeprep.data import files
 from nodeprep.heartbeat.actions import Trip
 from nodeprep.heartbeat.config import GrowConfig, GrowVolume
 from nodeprep.heartbeat.free_space import DiskReading
+from nodeprep.job import read_json
 
 log = logging.getLogger(__name__)
 # Outcomes the helper writes: grown, or why not.
@@ -51,38 +53,9 @@ def result_path(cfg: GrowConfig, index: int) -> Path:
     return Path(cfg.state_dir) / f"volume-{index}.json"
 
 
-def write_atomic(path: Path, document: dict[str, Any], mode: int = 0o644) -> None:
-    """Write JSON to a temporary file beside ``path``, fsync it, rename it over ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = json.dumps(document, indent=1, sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def read_json(path: Path, limit: int = 65536) -> dict[str, Any] | None:
-    """A small JSON object from ``path``; None when absent, too large, or not an object."""
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(limit + 1)
-    except OSError:
-        return None
-    if len(raw) > limit:
-        return None
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None
+def write_atomic(path: Path, document: dict[str, Any]) -> None:
+    """Replace ``path`` with ``document`` as JSON, durably (nodeprep.data.files)."""
+    files.atomic_write_text(path, json.dumps(document, indent=1, sort_keys=True))
 
 
 @dataclass
@@ -162,7 +135,6 @@ class GrowAction:
                 request_path(self.cfg, volume.index),
                 {"id": volume.outstanding, "volume": volume.index, "requested_at": now,
                  "reason": why},
-                mode=0o640,
             )  # fmt: skip
         except OSError as err:
             volume.outstanding = None
@@ -175,7 +147,7 @@ class GrowAction:
         """Take in the helper's answer to the outstanding request, when it has come."""
         if volume.outstanding is None:
             return
-        answer = read_json(result_path(self.cfg, volume.index))
+        answer = read_json(str(result_path(self.cfg, volume.index)))
         if answer is None or answer.get("request_id") != volume.outstanding:
             if self.clock() - volume.requested_at > self.cfg.answer_timeout_s:
                 volume.outstanding = None

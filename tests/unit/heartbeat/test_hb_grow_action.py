@@ -16,6 +16,7 @@ from nodeprep.heartbeat import grow
 from nodeprep.heartbeat.actions import Trip
 from nodeprep.heartbeat.config import GrowConfig, GrowVolume
 from nodeprep.heartbeat.free_space import DiskReading
+from nodeprep.job import read_json
 
 GIB = 2**30
 
@@ -49,7 +50,7 @@ def reading(path: Path, until: float | None, level: str = "ok") -> DiskReading:
 
 
 def request(tmp_path: Path) -> dict[str, Any] | None:
-    return grow.read_json(tmp_path / "req" / "volume-0.request")
+    return read_json(str(tmp_path / "req" / "volume-0.request"))
 
 
 def answer(tmp_path: Path, **document: Any) -> None:
