@@ -1,9 +1,12 @@
-"""Checkpoint benchmark: step-time stall of four ways of saving, disk bandwidth, kill/resume.
+"""Checkpoint benchmark: five ways of saving side by side, the disk's limit, recovery, kills.
 
-Usage: python benchmarks/checkpoint.py [--quick] [--dir DIR]
+Usage: python benchmarks/checkpoint.py [--quick] [--dir DIR] [--no-kills]
 
-All modes run in one process on the same model and disk, interleaved, so
-their figures are comparable; medians are quoted. The last line is JSON.
+All savers run in one process on the same model and disk, interleaved block by block, so
+their figures are comparable; medians are quoted. Between rounds, ``dd conv=fsync`` samples
+the disk's sequential write rate: the limit the background write is held against. DCP's
+process mode needs NumPy (``pip install -e '.[bench]'``); without it that saver is left out
+and the run says so. The last line is JSON.
 """
 
 from __future__ import annotations
@@ -20,20 +23,31 @@ from typing import Any
 import torch
 
 from checkpoint_kills import campaign
-from checkpoint_savers import SAVERS, clean
+from checkpoint_recovery import recovery
+from checkpoint_recovery import summary as recovery_summary
+from checkpoint_savers import (
+    SAVERS,
+    Record,
+    clean,
+    process_mode_available,
+    start_single_process_group,
+)
 from nodeprep.checkpoint import ResumableSampler
 from nodeprep.trainer.model import SyntheticData, build_model
 
-QUICK = {"model_mb": 16.0, "every": 50, "blocks": 2, "kills": 5}
-FULL = {"model_mb": 110.0, "every": 50, "blocks": 4, "kills": 200}
+QUICK = {"model_mb": 16.0, "every": 20, "blocks": 2, "kills": 5, "recoveries": 2}
+FULL = {"model_mb": 110.0, "every": 50, "blocks": 4, "kills": 200, "recoveries": 5}
 
 
-def interleaved(base: Path, model_mb: float, blocks: int, every: int) -> dict[str, Any]:
-    """One model trained in blocks of ``every`` steps, each block ending in one mode's save.
+def interleaved(
+    base: Path, model_mb: float, blocks: int, every: int, modes: list[str]
+) -> dict[str, Any]:
+    """One model trained in blocks of ``every`` steps, each block ending in one saver's save.
 
-    Modes take turns block by block so that the machine's load drifts over all
-    of them alike. A block's step times are charged to the save that ended the
-    block before it: that is when an async writer competes for the CPU.
+    Savers take turns block by block so that the machine's load drifts over all of them
+    alike. A block's step times are charged to the save that ended the block before it:
+    that is when a background writer competes for the CPU. After each round, one ``dd``
+    sample.
     """
     torch.manual_seed(0)
     model = build_model(model_mb)
@@ -49,10 +63,11 @@ def interleaved(base: Path, model_mb: float, blocks: int, every: int) -> dict[st
 
     for _ in range(3):  # optimizer state exists before the first save
         step()
-    savers = {mode: make(base / mode, model, optimizer) for mode, make in SAVERS.items()}
-    modes = list(SAVERS)
+    savers = {mode: SAVERS[mode](base / mode, model, optimizer) for mode in modes}
     step_times: dict[str, list[float]] = {mode: [] for mode in modes}
     stalls: dict[str, list[float]] = {mode: [] for mode in modes}
+    dd_rates: list[float] = []
+    checkpoint_mb = 0.0
     previous = "off"
     for block in range(blocks * len(modes)):
         for _ in range(every):
@@ -60,78 +75,130 @@ def interleaved(base: Path, model_mb: float, blocks: int, every: int) -> dict[st
             step()
             step_times[previous].append(time.perf_counter() - begin)
         mode = modes[block % len(modes)]
-        stalls[mode].append(savers[mode][0](block * every))
+        stalls[mode].append(savers[mode].save(block * every))
         previous = mode
-    results = {mode: saver[1]() for mode, saver in savers.items()}
+        if block % len(modes) == len(modes) - 1:
+            if not checkpoint_mb:
+                checkpoint_mb = (
+                    sum(
+                        t.numel() * t.element_size()
+                        for t in [*model.state_dict().values(), *_optimizer_tensors(optimizer)]
+                    )
+                    / 1e6
+                )
+            dd_rates.append(dd_mb_s(base, max(64, int(checkpoint_mb))))
+    records = {mode: saver.finish() for mode, saver in savers.items()}
     for mode in modes:
         clean(base / mode)
-    return {"step_times": step_times, "stalls": stalls, "results": results}
+    return {"step_times": step_times, "stalls": stalls, "records": records, "dd": dd_rates}
 
 
-def disk_mb_s(directory: Path, megabytes: int, repeats: int = 3) -> float:
-    """dd with conv=fsync: sequential write bandwidth of the disk the checkpoints go to (median)."""
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [v for s in optimizer.state_dict()["state"].values() for v in s.values()
+            if isinstance(v, torch.Tensor)]  # fmt: skip
+
+
+def dd_mb_s(directory: Path, megabytes: int) -> float:
+    """One ``dd conv=fsync`` sample: the sequential write rate of the checkpoints' disk."""
     target = directory / "dd.bin"
     count = max(1, megabytes // 8)
-    rates: list[float] = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        subprocess.run(
-            ["dd", "if=/dev/zero", f"of={target}", "bs=8M", f"count={count}", "conv=fsync"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        rates.append(count * 8 * (1 << 20) / 1e6 / (time.perf_counter() - started))
-        target.unlink()
-    print(f"dd conv=fsync {count * 8} MiB: {[round(r) for r in rates]} MB/s", flush=True)
-    return statistics.median(rates)
+    started = time.perf_counter()
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={target}", "bs=8M", f"count={count}", "conv=fsync"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    rate = count * 8 * (1 << 20) / 1e6 / (time.perf_counter() - started)
+    target.unlink()
+    print(f"dd conv=fsync {count * 8} MiB: {rate:.0f} MB/s", flush=True)
+    return rate
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def report(measured: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Per saver: blocked per save, step overhead after it, time to durable, write rate."""
+    base_step = statistics.median(measured["step_times"]["off"])
+    table: dict[str, dict[str, float | None]] = {}
+    for mode, records in measured["records"].items():
+        recs: list[Record] = records
+        durable = [r.durable_s for r in recs if r.durable_s is not None]
+        # Background bytes per second: from the end of the blocking part to durable.
+        rates = [r.nbytes / (r.durable_s - r.blocked_s) / 1e6 for r in recs
+                 if r.durable_s is not None and r.durable_s > r.blocked_s]  # fmt: skip
+        writer = [r.nbytes / r.write_s / 1e6 for r in recs if r.write_s]
+        table[mode] = {
+            "blocked_ms": (_median(measured["stalls"][mode]) or 0) * 1000,
+            "step_overhead_pct": (statistics.median(measured["step_times"][mode]) / base_step - 1)
+            * 100,
+            "durable_s": _median(durable),
+            "background_mb_s": _median(rates),
+            "writer_mb_s": _median(writer),
+            "mb": _median([r.nbytes / 1e6 for r in recs]),
+        }
+    print(f"median step with no save: {base_step * 1000:.1f} ms")
+    print(f"{'saver':<18} {'blocked ms':>10} {'step +%':>8} {'durable s':>9} {'bg MB/s':>8} "
+          f"{'writer MB/s':>11} {'MB':>6}")  # fmt: skip
+    for mode, row in table.items():
+        widths = {"blocked_ms": 10, "step_overhead_pct": 8, "durable_s": 9,
+                  "background_mb_s": 8, "writer_mb_s": 11, "mb": 6}  # fmt: skip
+        cells = [_cell(row[key], width) for key, width in widths.items()]
+        print(f"{mode:<18} {' '.join(cells)}")
+    return table
+
+
+def _cell(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.1f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small model, few kills")
     parser.add_argument("--dir", type=Path, help="where to write (default: a temporary dir)")
+    parser.add_argument("--no-kills", action="store_true", help="leave out the kill campaign")
     args = parser.parse_args()
     conf = QUICK if args.quick else FULL
     base = args.dir or Path(tempfile.mkdtemp(prefix="nodeprep-bench-"))
     base.mkdir(parents=True, exist_ok=True)
-    measured = interleaved(base, float(conf["model_mb"]), int(conf["blocks"]), int(conf["every"]))
-    for mode in SAVERS:
-        times, stalls = measured["step_times"][mode], measured["stalls"][mode]
-        print(
-            f"{mode}: median step {statistics.median(times) * 1000:.1f} ms after its saves, "
-            f"blocked per save median {statistics.median(stalls) * 1000:.1f} ms "
-            f"(all: {[round(x * 1000, 1) for x in stalls]} ms)",
-            flush=True,
-        )
-    summary = summarize(measured, int(conf["every"]))
-    ckpt_mb = summary.pop("checkpoint_mb")
-    summary["disk_mb_s"] = round(disk_mb_s(base, max(64, int(ckpt_mb))), 1)
-    kills, exact = campaign(int(conf["kills"]), base / "kills")
-    summary.update(kill_trials=kills, kill_trials_bit_exact=exact)
-    print(
-        f"checkpoint size {ckpt_mb:.0f} MB; figures are medians from one run on a shared, "
-        "noisy 2-core machine"
-    )
+    modes = list(SAVERS)
+    why_not = process_mode_available()
+    if why_not:
+        modes.remove("dcp_async_process")
+        print(f"dcp_async_process left out: {why_not}", flush=True)
+    start_single_process_group()
+    measured = interleaved(base, float(conf["model_mb"]), int(conf["blocks"]), int(conf["every"]),
+                           modes)  # fmt: skip
+    table = report(measured)
+    dd = statistics.median(measured["dd"])
+    ours = table["nodeprep_async"]
+    print(f"dd conv=fsync median of {len(measured['dd'])}: {dd:.0f} MB/s; ours reaches "
+          f"{(ours['background_mb_s'] or 0) / dd * 100:.0f} % of it from save to durable, "
+          f"{(ours['writer_mb_s'] or 0) / dd * 100:.0f} % in the writer's own time")  # fmt: skip
+    summary: dict[str, Any] = {
+        "stall_pct_of_step": round(
+            ours["blocked_ms"] / 1000 / int(conf["every"])
+            / statistics.median(measured["step_times"]["off"]) * 100, 3),
+        "write_mb_s": round(ours["background_mb_s"] or 0, 1),
+        "writer_mb_s": round(ours["writer_mb_s"] or 0, 1),
+        "disk_mb_s": round(dd, 1),
+        "write_vs_disk_ratio": round((ours["background_mb_s"] or 0) / dd, 3),
+        "durable_s": round(ours["durable_s"] or 0, 2),
+        "step_overhead_pct": round(ours["step_overhead_pct"] or 0, 2),
+    }  # fmt: skip
+    for other in modes[2:]:
+        summary[f"stall_vs_{other}_ratio"] = round(
+            ours["blocked_ms"] / (table[other]["blocked_ms"] or 1), 3)  # fmt: skip
+        durable = table[other]["durable_s"]
+        if durable:
+            summary[f"durable_vs_{other}_ratio"] = round((ours["durable_s"] or 0) / durable, 3)
+    summary.update(recovery_summary(
+        recovery(base / "recovery", float(conf["model_mb"]), int(conf["recoveries"]))))  # fmt: skip
+    if not args.no_kills:
+        kills, exact = campaign(int(conf["kills"]), base / "kills")
+        summary.update(kill_trials=kills, kill_trials_bit_exact=exact)
+    print(f"checkpoint size {ours['mb']:.0f} MB; medians from one run on this machine")
     print(json.dumps(summary))
-
-
-def summarize(measured: dict[str, Any], every: int) -> dict[str, Any]:
-    step_times, stalls = measured["step_times"], measured["stalls"]
-    base_step = statistics.median(step_times["off"])
-    ours = statistics.median(stalls["nodeprep_async"])
-    results = measured["results"]["nodeprep_async"]
-    write = statistics.median(r.nbytes / r.write_seconds / 1e6 for r in results)
-    slowdown = statistics.median(step_times["nodeprep_async"]) / base_step - 1
-    print(
-        f"step time after an async save vs no save: {slowdown * 100:+.1f} % "
-        "(the writer process competing for the CPU)"
-    )
-    return {
-        "stall_pct_of_step": round(ours / every / base_step * 100, 3),
-        "stall_vs_dcp_ratio": round(ours / statistics.median(stalls["dcp_async_save"]), 3),
-        "stall_vs_torch_save_ratio": round(ours / statistics.median(stalls["torch_save"]), 3),
-        "write_mb_s": round(write, 1),
-        "checkpoint_mb": statistics.median(r.nbytes / 1e6 for r in results),
-    }
 
 
 if __name__ == "__main__":

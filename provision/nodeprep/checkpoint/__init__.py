@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodeprep.checkpoint.checkpointer import Checkpointer, Stateful
+from nodeprep.checkpoint.checkpointer import Checkpointer, SaveHandle, Stateful
 from nodeprep.checkpoint.dataset import DatasetChangedError
 from nodeprep.checkpoint.durable import CheckpointWriteError, commit_checkpoint
 from nodeprep.checkpoint.emergency import EmergencyFlag, EmergencyRequest
@@ -24,6 +24,7 @@ __all__ = [
     "NonFiniteStateError",
     "ResumableLoader",
     "ResumableSampler",
+    "SaveHandle",
     "SaveResult",
     "Stateful",
     "commit_checkpoint",

@@ -98,6 +98,9 @@ class Checkpointer:
         self.history: list[SaveResult] = []
         self.failures: list[SaveResult] = []
         self._latest: SaveResult | None = None  # the newest result collected, failed or not
+        self.restored: LoadedCheckpoint | None = None  # what restore() loaded, with its timings
+        self._submitted = 0  # saves handed to the writer; the n-th result is the n-th save's
+        self._by_seq: dict[int, SaveResult] = {}
         self.is_writer = (dist_util.local_rank() if copies == "node" else dist_util.rank()) == 0
         self._writer: AsyncWriter | SyncWriter | None = None
         self._keeps = {"full": keep, "light": keep_light}
@@ -106,8 +109,9 @@ class Checkpointer:
             keeps = self._keeps
             self._writer = AsyncWriter(root, keeps) if async_write else SyncWriter(root, keeps)
 
-    def save(self, step: int, layer: str = "full", loss: float | None = None) -> float:
-        """Snapshot now and commit in the background; returns the seconds the caller was blocked.
+    def save(self, step: int, layer: str = "full", loss: float | None = None) -> SaveHandle:
+        """Snapshot now and commit in the background; returns a handle to wait on (its
+        ``blocked_s`` is the time the caller was blocked).
 
         The previous save's result is collected and checked before this one is
         submitted, so with ``stop_on_error`` a failure stops the run before
@@ -118,15 +122,17 @@ class Checkpointer:
         started = time.monotonic()
         reason = self._nonfinite(loss)
         if reason is not None:
-            self._set_aside(step, layer, reason)
-            return time.monotonic() - started
+            refused = self._set_aside(step, layer, reason)
+            return SaveHandle(self, step, layer, time.monotonic() - started, None, refused)
         per_rank = dist_util.gather_all(self._rank_state())
+        seq: int | None = None
         if self._writer is not None:
             self._check(self._writer.collect(block=True))
             payloads = self._payloads(step, layer, per_rank)
+            seq, self._submitted = self._submitted, self._submitted + 1
             self._writer.submit(step, layer, payloads, {"world_size": len(per_rank)})
             self._check(self._writer.collect(block=False))
-        return time.monotonic() - started
+        return SaveHandle(self, step, layer, time.monotonic() - started, seq, None)
 
     def save_and_wait(
         self, step: int, layer: str = "full", loss: float | None = None
@@ -216,7 +222,12 @@ class Checkpointer:
         for name, component in self.extras.items():
             component.load_state_dict(mine["extras"][name])
         rng.restore(mine["rng"])
-        log.info("resumed from %s at step %d", loaded.path, loaded.manifest.step)
+        self.restored = loaded
+        timings = loaded.timings
+        log.info(
+            "resumed from %s at step %d (hashing %.2f s, loading %.2f s)", loaded.path,
+            loaded.manifest.step, timings.get("verify_s", 0), timings.get("load_s", 0),
+        )  # fmt: skip
         return loaded.manifest.step
 
     def close(self) -> None:
@@ -244,7 +255,7 @@ class Checkpointer:
         reasons = [str(r) for r in dist_util.gather_all(local) if r is not None]
         return reasons[0]
 
-    def _set_aside(self, step: int, layer: str, reason: str) -> None:
+    def _set_aside(self, step: int, layer: str, reason: str) -> SaveResult:
         """Refuse the save (or write it under quarantine/), count it failed, say why."""
         aside = ""
         if self.nonfinite == "quarantine":
@@ -261,9 +272,11 @@ class Checkpointer:
             f"{aside}); the newest checkpoint is {newest or 'none'}"
         )
         log.error("%s", message)
-        self.failures.append(SaveResult(step, layer, None, message, time.time(), 0.0, 0))
+        refused = SaveResult(step, layer, None, message, time.time(), 0.0, 0)
+        self.failures.append(refused)
         if self.stop_on_error:
             raise NonFiniteStateError(message)
+        return refused
 
     def _rank_state(self) -> dict[str, Any]:
         extras = {name: c.state_dict() for name, c in self.extras.items()}
@@ -345,6 +358,8 @@ class Checkpointer:
         failed: list[SaveResult] = []
         for result in results:
             self._latest = result
+            # Writers hand results back in the order saves were submitted.
+            self._by_seq[len(self._by_seq)] = result
             if result.error is not None:
                 log.error("%s", result.error)
                 self.failures.append(result)
@@ -356,6 +371,39 @@ class Checkpointer:
                 "committed %s (%.2f s, %d bytes)", result.path, result.write_seconds, result.nbytes
             )
         return failed
+
+
+class SaveHandle:
+    """One ``save()``: how long it blocked the caller, and its result once it has ended."""
+
+    def __init__(
+        self,
+        owner: Checkpointer,
+        step: int,
+        layer: str,
+        blocked_s: float,
+        seq: int | None,
+        result: SaveResult | None,
+    ) -> None:
+        self.step, self.layer, self.blocked_s = step, layer, blocked_s
+        self._owner, self._seq, self._result = owner, seq, result
+
+    def done(self) -> bool:
+        """Whether the save has ended (without blocking); at once on ranks that write nothing."""
+        if self._result is not None or self._seq is None:
+            return True
+        if self._seq not in self._owner._by_seq:
+            self._owner.poll()
+        return self._seq in self._owner._by_seq
+
+    def wait(self) -> SaveResult | None:
+        """Block until this save has ended; its result (committed or failed), None on ranks
+        that write nothing. Raises as ``Checkpointer.wait`` does under ``stop_on_error``."""
+        if self._result is None and self._seq is not None:
+            if self._seq not in self._owner._by_seq:
+                self._owner.wait()
+            self._result = self._owner._by_seq.get(self._seq)
+        return self._result
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:

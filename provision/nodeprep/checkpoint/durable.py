@@ -29,6 +29,7 @@ from nodeprep.checkpoint.manifest import (
     Manifest,
     checkpoint_name,
 )
+from nodeprep.checkpoint.rawfile import DATA_SUFFIX, DataFileWriter, split_payload
 from nodeprep.data.files import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -60,13 +61,39 @@ class _HashingFile:
         self._handle.flush()
 
 
-def _write_payload(path: Path, obj: Any) -> FileEntry:
+def _write_structure(path: Path, obj: Any) -> FileEntry:
     with open(path, "xb", buffering=8 << 20) as raw:
         hashing = _HashingFile(raw)
         torch.save(obj, hashing)  # type: ignore[arg-type]
         raw.flush()
         os.fsync(raw.fileno())
     return FileEntry(size=hashing.size, sha256=hashing.digest.hexdigest())
+
+
+def _write_payload(path: Path, obj: Any) -> dict[str, FileEntry]:
+    """Format 2: large tensors' bytes into ``<stem>.bin`` (aligned, O_DIRECT where it works,
+    hashed on a second thread), then the structure with the table into ``path``."""
+    data_path = path.with_suffix(DATA_SUFFIX)
+    writer: DataFileWriter | None = None
+
+    def append(tensor: torch.Tensor) -> tuple[int, int]:
+        nonlocal writer
+        if writer is None:
+            writer = DataFileWriter(data_path)
+        return writer.append(tensor)
+
+    entries: dict[str, FileEntry] = {}
+    try:
+        meta = split_payload(obj, append)
+        if writer is not None:
+            size, digest = writer.finish()
+            entries[data_path.name] = FileEntry(size=size, sha256=digest)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    entries[path.name] = _write_structure(path, meta)
+    return entries
 
 
 def commit_checkpoint(
@@ -83,7 +110,11 @@ def commit_checkpoint(
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp.mkdir()
-        files = {fname: _write_payload(tmp / fname, obj) for fname, obj in payloads.items()}
+        files: dict[str, FileEntry] = {}
+        for fname, obj in payloads.items():
+            if not fname.endswith(".pt"):
+                raise ValueError(f"payload names end in .pt, got {fname!r}")
+            files.update(_write_payload(tmp / fname, obj))
         manifest = Manifest(
             step=step, layer=layer, created=time.time(), files=files, extra=extra or {}
         )
@@ -96,7 +127,7 @@ def commit_checkpoint(
             remove_checkpoint(final)
         os.rename(tmp, final)
         fsync_dir(root)
-    except (OSError, RuntimeError) as exc:
+    except (OSError, RuntimeError, ValueError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointWriteError(
             f"saving checkpoint {name} in {root} failed: {exc}; "

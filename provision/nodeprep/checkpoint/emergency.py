@@ -12,6 +12,7 @@ import signal
 import time
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 from nodeprep.contract import EMERGENCY_SIGNAL
 
@@ -28,20 +29,40 @@ class EmergencyRequest:
 
 
 class EmergencyFlag:
-    """Installs the handlers and holds the first request not yet acted on."""
+    """Installs the handlers and holds the first request not yet acted on.
 
-    def __init__(self) -> None:
+    Handlers already installed for those signals (a framework's, a launcher's) are kept:
+    after recording the request, the flag calls the previous Python handler with the same
+    arguments, unless ``chain=False``. ``SIG_DFL`` and ``SIG_IGN`` are not called (the
+    default action of SIGTERM would end the process before the loop can save).
+    ``uninstall()`` puts the previous handlers back.
+    """
+
+    def __init__(self, chain: bool = True) -> None:
         self._request: EmergencyRequest | None = None
+        self.chain = chain
+        self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
         for signum in (EMERGENCY_SIGNAL, signal.SIGTERM):
-            signal.signal(signum, self._handle)
+            previous = signal.signal(signum, self._handle)
+            if signum not in self._previous:  # installing twice must not chain to itself
+                self._previous[signum] = previous
+
+    def uninstall(self) -> None:
+        """Restore the handlers that were there before ``install``."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # A SIGTERM arriving after a SIGUSR1 must still make the loop exit.
         name = signal.Signals(signum).name
         if self._request is None or name == "SIGTERM":
             self._request = EmergencyRequest(name, time.time())
+        previous = self._previous.get(signum)
+        if self.chain and callable(previous):
+            previous(signum, frame)
 
     def take(self) -> EmergencyRequest | None:
         """The pending request, clearing it."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import pickle
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from nodeprep.checkpoint.manifest import (
     parse_name,
     verify,
 )
+from nodeprep.checkpoint.rawfile import DATA_SUFFIX, RawFormatError, join_payload
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,8 @@ class LoadedCheckpoint:
     manifest: Manifest
     payloads: dict[str, Any]
     rejected: tuple[tuple[str, str], ...]
+    # Seconds spent on this checkpoint: hashing every file, then loading (rejected ones apart).
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,15 @@ def load_verified(path: Path) -> tuple[Manifest, dict[str, Any]]:
     inside ``train.pt`` must equal the one the manifest and the name claim.
     """
     manifest = verify(path)
+    return manifest, load_payloads(path, manifest)
+
+
+def load_payloads(path: Path, manifest: Manifest) -> dict[str, Any]:
+    """The second half of ``load_verified``: call it only with a manifest ``verify`` returned."""
     payloads: dict[str, Any] = {}
     for name in manifest.files:
+        if manifest.format_version >= 2 and name.endswith(DATA_SUFFIX):
+            continue  # read with its structure file below
         try:
             payloads[name] = torch.load(path / name, map_location="cpu", weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
@@ -74,8 +85,20 @@ def load_verified(path: Path) -> tuple[Manifest, dict[str, Any]]:
             raise CheckpointInvalidError(
                 f"{path.name}: {name} refused by the weights-only loader ({first_line})"
             ) from exc
+        if manifest.format_version >= 2:
+            payloads[name] = _join(path, manifest, name, payloads[name])
     _check_step(path, manifest, payloads)
-    return manifest, payloads
+    return payloads
+
+
+def _join(path: Path, manifest: Manifest, name: str, meta: Any) -> Any:
+    """A format-2 payload: its structure file's contents with the data file's tensors in."""
+    data_name = Path(name).with_suffix(DATA_SUFFIX).name
+    entry = manifest.files.get(data_name)
+    try:
+        return join_payload(meta, path / data_name if entry else None, entry.size if entry else 0)
+    except RawFormatError as exc:
+        raise CheckpointInvalidError(f"{path.name}: {name}: {exc}") from exc
 
 
 def _check_step(path: Path, manifest: Manifest, payloads: dict[str, Any]) -> None:
@@ -104,7 +127,11 @@ def load_latest(
         if only is not None and path.name != only:
             continue
         try:
-            manifest, payloads = load_verified(path)
+            started = time.monotonic()
+            manifest = verify(path)
+            verified = time.monotonic()
+            payloads = load_payloads(path, manifest)
+            timings = {"verify_s": verified - started, "load_s": time.monotonic() - verified}
         except CheckpointInvalidError as exc:
             log.warning("checkpoint rejected: %s; trying an older one", exc)
             rejected.append((path.name, str(exc)))
@@ -116,7 +143,7 @@ def load_latest(
                 manifest.step,
                 "; ".join(reason for _, reason in rejected),
             )
-        return LoadedCheckpoint(path, manifest, payloads, tuple(rejected))
+        return LoadedCheckpoint(path, manifest, payloads, tuple(rejected), timings)
     return None
 
 

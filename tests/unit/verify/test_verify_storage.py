@@ -64,7 +64,7 @@ def test_verify_judges_with_the_very_file_the_core_resumes_with() -> None:
 
 def test_a_bumped_format_version_is_refused_by_verify_as_by_resume(run_dir: Path) -> None:
     newest = run_dir / "ckpt-0000000012-full" / "manifest.json"
-    newest.write_text(newest.read_text().replace('"format_version": 1', '"format_version": 2'))
+    newest.write_text(newest.read_text().replace('"format_version": 2', '"format_version": 3'))
     with pytest.raises(CheckpointInvalidError) as core:
         verify(newest.parent)
     (row, *_) = checkpoints.survey(str(run_dir))["checkpoints"]
