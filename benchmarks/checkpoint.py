@@ -1,6 +1,6 @@
 """Checkpoint benchmark: five ways of saving side by side, the disk's limit, recovery, kills.
 
-Usage: python benchmarks/checkpoint.py [--quick] [--dir DIR] [--no-kills]
+Usage: python benchmarks/checkpoint.py [--quick] [--dir DIR] [--kills N]
 
 All savers run in one process on the same model and disk, interleaved block by block, so
 their figures are comparable; medians are quoted. Between rounds, ``dd conv=fsync`` samples
@@ -156,7 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small model, few kills")
     parser.add_argument("--dir", type=Path, help="where to write (default: a temporary dir)")
-    parser.add_argument("--no-kills", action="store_true", help="leave out the kill campaign")
+    parser.add_argument("--kills", type=int, help="SIGKILLs in the kill campaign (0: none)")
     args = parser.parse_args()
     conf = QUICK if args.quick else FULL
     base = args.dir or Path(tempfile.mkdtemp(prefix="nodeprep-bench-"))
@@ -194,8 +194,9 @@ def main() -> None:
             summary[f"durable_vs_{other}_ratio"] = round((ours["durable_s"] or 0) / durable, 3)
     summary.update(recovery_summary(
         recovery(base / "recovery", float(conf["model_mb"]), int(conf["recoveries"]))))  # fmt: skip
-    if not args.no_kills:
-        kills, exact = campaign(int(conf["kills"]), base / "kills")
+    kills_wanted = int(conf["kills"]) if args.kills is None else args.kills
+    if kills_wanted > 0:
+        kills, exact = campaign(kills_wanted, base / "kills")
         summary.update(kill_trials=kills, kill_trials_bit_exact=exact)
     print(f"checkpoint size {ours['mb']:.0f} MB; medians from one run on this machine")
     print(json.dumps(summary))

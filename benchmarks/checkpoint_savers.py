@@ -108,9 +108,11 @@ class Dcp(Saver):
         while self.pending:
             step, future, called, blocked = self.pending.pop()
             future.result()
+            # result() may return before the done callbacks ran: then now is close enough.
+            done = self.done_at.get(step, time.time())
             path = self.root / f"step{step}"
             nbytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-            self.records.append(Record(blocked, self.done_at[step] - called, nbytes))
+            self.records.append(Record(blocked, done - called, nbytes))
             shutil.rmtree(path)
 
     def save(self, step: int) -> float:

@@ -21,7 +21,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 FORMAT_VERSION = 2  # what is written: large tensors' raw bytes in .bin files (rawfile.py)
 READABLE_VERSIONS = (1, 2)  # 1: every payload one torch.save file
@@ -29,6 +29,8 @@ MANIFEST_NAME = "manifest.json"
 LAYERS = ("light", "full")
 _NAME_RE = re.compile(r"^ckpt-(\d{10})-(light|full)$")
 _HASH_CHUNK = 4 << 20
+PIECE = 64 << 20  # what the writer hashes data files in (FileEntry.chunk)
+MIN_PIECE = 1 << 20  # a manifest claiming smaller pieces is refused (millions of hash jobs)
 
 
 class CheckpointInvalidError(Exception):
@@ -37,10 +39,16 @@ class CheckpointInvalidError(Exception):
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One payload file as the writer saw it."""
+    """One payload file as the writer saw it.
+
+    With ``chunk`` (format 2 data files), ``sha256`` is the sha256 of the concatenated
+    sha256 digests of the file's ``chunk``-byte pieces (the last one shorter): every byte is
+    still covered, and a reader can hash the pieces side by side, on as many cores as it has.
+    """
 
     size: int
     sha256: str
+    chunk: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Manifest:
             "step": self.step,
             "layer": self.layer,
             "created": self.created,
-            "files": {n: {"size": e.size, "sha256": e.sha256} for n, e in self.files.items()},
+            "files": {n: _entry_json(e) for n, e in self.files.items()},
             "extra": self.extra,
         }
         return json.dumps(body, sort_keys=True, indent=1)
@@ -69,7 +77,9 @@ class Manifest:
     def from_json(cls, text: str) -> Manifest:
         data = json.loads(text)
         files = {
-            str(name): FileEntry(size=int(e["size"]), sha256=str(e["sha256"]))
+            str(name): FileEntry(
+                size=int(e["size"]), sha256=str(e["sha256"]), chunk=int(e.get("chunk", 0))
+            )
             for name, e in data["files"].items()
         }
         return cls(
@@ -80,6 +90,13 @@ class Manifest:
             format_version=int(data["format_version"]),
             extra=dict(data.get("extra", {})),
         )
+
+
+def _entry_json(entry: FileEntry) -> dict[str, Any]:
+    body: dict[str, Any] = {"size": entry.size, "sha256": entry.sha256}
+    if entry.chunk:
+        body["chunk"] = entry.chunk
+    return body
 
 
 def checkpoint_name(step: int, layer: str) -> str:
@@ -103,20 +120,67 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify(directory: Path) -> Manifest:
+def sha256_piece(path: Path, offset: int, length: int) -> bytes:
+    """The sha256 digest of ``length`` bytes of ``path`` from ``offset``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        while length > 0:
+            block = handle.read(min(_HASH_CHUNK, length))
+            if not block:
+                break
+            digest.update(block)
+            length -= len(block)
+    return digest.digest()
+
+
+def tree_sha256(piece_digests: list[bytes]) -> str:
+    """A chunked entry's ``sha256``: over its pieces' digests, in order."""
+    return hashlib.sha256(b"".join(piece_digests)).hexdigest()
+
+
+def verify(directory: Path, only: Iterable[str] | None = None) -> Manifest:
     """Check the manifest, then every file's presence, size and sha256; raise on the first miss.
 
     Sizes are checked for all files before any hashing so a truncated file is
-    reported without reading gigabytes first.
+    reported without reading gigabytes first. ``only`` limits the hashing to those names
+    (each rank of a sharded checkpoint hashes the files it loads); sizes are still checked
+    for all. Whole files and the pieces of chunked ones are hashed side by side, one thread
+    per core (hashlib releases the GIL): a resume waits for this.
     """
     manifest = check_sizes(directory)
-    names = list(manifest.files)
-    # Files are hashed side by side (hashlib releases the GIL): a resume waits for this.
-    workers = max(1, min(len(names), os.cpu_count() or 1, 8))
+    wanted = None if only is None else set(only)
+    if wanted is not None:  # a structure file's data file is hashed with it, always
+        wanted |= {n[: -len(".pt")] + ".bin" for n in wanted if n.endswith(".pt")}
+    names = [n for n in manifest.files if wanted is None or n in wanted]
+    jobs: list[tuple[str, int, int]] = []  # (name, offset, length); length -1: the whole file
+    for name in names:
+        entry = manifest.files[name]
+        if entry.chunk:
+            jobs += [(name, o, entry.chunk) for o in range(0, entry.size, entry.chunk)]
+        else:
+            jobs.append((name, 0, -1))
+
+    def run(job: tuple[str, int, int]) -> Any:
+        name, offset, length = job
+        if length < 0:
+            return sha256_file(directory / name)
+        return sha256_piece(directory / name, offset, length)
+
+    workers = max(1, min(len(jobs), os.cpu_count() or 1, 32))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        digests = list(pool.map(lambda name: sha256_file(directory / name), names))
-    for name, digest in zip(names, digests):
-        if digest != manifest.files[name].sha256:
+        results = list(pool.map(run, jobs))
+    pieces: dict[str, list[bytes]] = {}
+    whole: dict[str, str] = {}
+    for (name, _, length), result in zip(jobs, results):
+        if length < 0:
+            whole[name] = result
+        else:
+            pieces.setdefault(name, []).append(result)
+    for name in names:
+        entry = manifest.files[name]
+        digest = tree_sha256(pieces.get(name, [])) if entry.chunk else whole[name]
+        if digest != entry.sha256:
             raise CheckpointInvalidError(f"{directory.name}: {name} sha256 does not match manifest")
     return manifest
 
@@ -146,6 +210,11 @@ def check_sizes(directory: Path) -> Manifest:
         path = directory / name
         if "/" in name or name == MANIFEST_NAME or not path.is_file():
             raise CheckpointInvalidError(f"{directory.name}: file {name} is missing")
+        if entry.chunk and entry.chunk < MIN_PIECE:
+            raise CheckpointInvalidError(
+                f"{directory.name}: {name} has pieces of {entry.chunk} bytes (at least "
+                f"{MIN_PIECE} expected)"
+            )
         size = path.stat().st_size
         if size != entry.size:
             raise CheckpointInvalidError(

@@ -10,6 +10,7 @@ from nodeprep.checkpoint.finite import NonFiniteStateError
 from nodeprep.checkpoint.loader import ResumableLoader
 from nodeprep.checkpoint.manifest import FORMAT_VERSION, CheckpointInvalidError, verify
 from nodeprep.checkpoint.sampler import ResumableSampler
+from nodeprep.checkpoint.sharded import ShardedCheckpointer
 from nodeprep.checkpoint.store import committed, load_latest, load_verified
 from nodeprep.checkpoint.writer import SaveResult
 
@@ -26,6 +27,7 @@ __all__ = [
     "ResumableSampler",
     "SaveHandle",
     "SaveResult",
+    "ShardedCheckpointer",
     "Stateful",
     "commit_checkpoint",
     "committed",

@@ -62,6 +62,8 @@ class Checkpointer:
     newest checkpoint that verifies on every node, each node from its own copy.
     """
 
+    sharded = False  # each rank writes its own shards (ShardedCheckpointer)
+
     def __init__(
         self,
         root: Path,
@@ -97,17 +99,27 @@ class Checkpointer:
         self.last_committed: SaveResult | None = None
         self.history: list[SaveResult] = []
         self.failures: list[SaveResult] = []
+        self.parts: list[SaveResult] = []  # sharded saves' parts this rank wrote (not rank 0)
         self._latest: SaveResult | None = None  # the newest result collected, failed or not
         self.restored: LoadedCheckpoint | None = None  # what restore() loaded, with its timings
         self._submitted = 0  # saves handed to the writer; the n-th result is the n-th save's
         self._by_seq: dict[int, SaveResult] = {}
-        self.is_writer = (dist_util.local_rank() if copies == "node" else dist_util.rank()) == 0
+        self.is_writer = self._writes_here()
         self._writer: AsyncWriter | SyncWriter | None = None
         self._keeps = {"full": keep, "light": keep_light}
+        self._sweep()
         if self.is_writer:
-            sweep_leftovers(root)
             keeps = self._keeps
             self._writer = AsyncWriter(root, keeps) if async_write else SyncWriter(root, keeps)
+
+    def _writes_here(self) -> bool:
+        """Whether this rank writes checkpoints: rank 0, or each node's local rank 0."""
+        return (dist_util.local_rank() if self.copies == "node" else dist_util.rank()) == 0
+
+    def _sweep(self) -> None:
+        """Remove what crashed writers left, before this run's first save."""
+        if self.is_writer:
+            sweep_leftovers(self.root)
 
     def save(self, step: int, layer: str = "full", loss: float | None = None) -> SaveHandle:
         """Snapshot now and commit in the background; returns a handle to wait on (its
@@ -124,13 +136,15 @@ class Checkpointer:
         if reason is not None:
             refused = self._set_aside(step, layer, reason)
             return SaveHandle(self, step, layer, time.monotonic() - started, None, refused)
+        self._prepare_save(step, layer)
         per_rank = dist_util.gather_all(self._rank_state())
         seq: int | None = None
         if self._writer is not None:
             self._check(self._writer.collect(block=True))
             payloads = self._payloads(step, layer, per_rank)
-            seq, self._submitted = self._submitted, self._submitted + 1
-            self._writer.submit(step, layer, payloads, {"world_size": len(per_rank)})
+            extra = self._save_extra(len(per_rank))
+            self._writer.submit(step, layer, payloads, extra)
+            seq, self._submitted = self._submitted, self._submitted + 1  # submitted: it will report
             self._check(self._writer.collect(block=False))
         return SaveHandle(self, step, layer, time.monotonic() - started, seq, None)
 
@@ -201,6 +215,11 @@ class Checkpointer:
         loaded = self._load_agreed()
         if loaded is None:
             return None
+        if bool(loaded.manifest.extra.get("sharded")) != self.sharded:
+            raise ValueError(
+                f"{loaded.path} was written by ShardedCheckpointer (each rank its own shards); "
+                "restore it with ShardedCheckpointer"
+            )
         payloads = loaded.payloads
         train = payloads["train.pt"]
         ranks = train["ranks"]
@@ -213,11 +232,7 @@ class Checkpointer:
             loaded.path, train.get("dataset_version"), self.dataset_version,
             allow_change=self.allow_dataset_change,
         )  # fmt: skip
-        _unwrap(self.model).load_state_dict(payloads["model.pt"])
-        if "optimizer.pt" in payloads:
-            self.optimizer.load_state_dict(payloads["optimizer.pt"])
-        else:
-            log.warning("%s is a light checkpoint: optimizer state starts afresh", loaded.path.name)
+        self._apply(loaded)
         mine = ranks[dist_util.rank()]
         for name, component in self.extras.items():
             component.load_state_dict(mine["extras"][name])
@@ -229,6 +244,15 @@ class Checkpointer:
             loaded.manifest.step, timings.get("verify_s", 0), timings.get("load_s", 0),
         )  # fmt: skip
         return loaded.manifest.step
+
+    def _apply(self, loaded: LoadedCheckpoint) -> None:
+        """Put the loaded model and optimizer state in place."""
+        payloads = loaded.payloads
+        _unwrap(self.model).load_state_dict(payloads["model.pt"])
+        if "optimizer.pt" in payloads:
+            self.optimizer.load_state_dict(payloads["optimizer.pt"])
+        else:
+            log.warning("%s is a light checkpoint: optimizer state starts afresh", loaded.path.name)
 
     def close(self) -> None:
         """Wait for the last write and stop the writer; never raises.
@@ -281,6 +305,13 @@ class Checkpointer:
     def _rank_state(self) -> dict[str, Any]:
         extras = {name: c.state_dict() for name, c in self.extras.items()}
         return {"rng": rng.capture(), "extras": extras}
+
+    def _prepare_save(self, step: int, layer: str) -> None:
+        """Run by every rank before the state is gathered (a sharded save agrees on names)."""
+
+    def _save_extra(self, world_size: int) -> dict[str, Any]:
+        """What the manifest's ``extra`` records (and, sharded, what the writer needs)."""
+        return {"world_size": world_size}
 
     def _payloads(self, step: int, layer: str, per_rank: list[Any]) -> dict[str, Any]:
         train = {"step": step, "ranks": per_rank, "config": self.config,
@@ -365,6 +396,11 @@ class Checkpointer:
                 self.failures.append(result)
                 failed.append(result)
                 continue
+            if result.part:  # written, not committed: rank 0 commits (ShardedCheckpointer)
+                self.parts.append(result)
+                log.info("wrote this rank's part of %s (%.2f s, %d bytes)", result.path,
+                         result.write_seconds, result.nbytes)  # fmt: skip
+                continue
             self.last_committed = result
             self.history.append(result)
             log.info(
@@ -407,5 +443,12 @@ class SaveHandle:
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    inner = getattr(model, "module", None)
-    return inner if isinstance(inner, torch.nn.Module) else model
+    """The module whose state dict has the plain names: inside DDP (``module.``) and
+    ``torch.compile`` (``_orig_mod.``) wrappers, in any nesting."""
+    while True:
+        inner = getattr(model, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module):
+            inner = getattr(model, "module", None)
+        if not isinstance(inner, torch.nn.Module):
+            return model
+        model = inner

@@ -35,7 +35,9 @@ class EmergencyFlag:
     after recording the request, the flag calls the previous Python handler with the same
     arguments, unless ``chain=False``. ``SIG_DFL`` and ``SIG_IGN`` are not called (the
     default action of SIGTERM would end the process before the loop can save).
-    ``uninstall()`` puts the previous handlers back.
+    ``uninstall()`` puts the previous handlers back. A chained handler that raises or exits
+    (some frameworks' SIGTERM handlers do) ends the loop before the emergency save: use
+    ``chain=False`` there and call the framework's own shutdown after the save.
     """
 
     def __init__(self, chain: bool = True) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from nodeprep.checkpoint.durable import CheckpointWriteError
 
@@ -32,7 +33,8 @@ def nonfinite_reason(model: torch.nn.Module, loss: float | None = None) -> str |
     """
     if loss is not None and not math.isfinite(loss):
         return f"the loss is {loss}"
-    named = [(name, p.detach()) for name, p in model.named_parameters()]
+    # A sharded parameter (DTensor) is judged by this rank's shard; the ranks agree after.
+    named = [(name, _local(p.detach())) for name, p in model.named_parameters()]
     if not named:
         return None
     verdicts = torch.stack([torch.isfinite(p).all() for _, p in named]).tolist()
@@ -41,3 +43,7 @@ def nonfinite_reason(model: torch.nn.Module, loss: float | None = None) -> str |
         return None
     shown = ", ".join(bad[:_NAMES_SHOWN]) + (", ..." if len(bad) > _NAMES_SHOWN else "")
     return f"{len(bad)} parameter tensor(s) hold NaN or Inf ({shown})"
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

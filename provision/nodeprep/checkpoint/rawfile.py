@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import hashlib
 import itertools
+import math
 import mmap
 import os
 import queue
@@ -33,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from nodeprep.checkpoint.manifest import PIECE, tree_sha256
 
 ALIGN = 4096
 CHUNK = 32 << 20  # bytes per write call: large enough to reach the disk's sequential rate
@@ -83,25 +87,53 @@ def direct_io_works(directory: Path) -> bool:
 
 
 class _Hasher:
-    """sha256 on a second thread, fed views of memory that stays unchanged until ``digest``."""
+    """sha256 per ``PIECE`` of the file on a second thread, fed views of memory that stays
+    unchanged until ``digest``; the file's hash is over the pieces' digests (manifest.py)."""
 
     def __init__(self) -> None:
-        self._hash = hashlib.sha256()
+        self.piece = PIECE
+        self.hashed = 0
+        self._error: BaseException | None = None
+        self._piece = hashlib.sha256()
+        self._filled = 0
+        self._digests: list[bytes] = []
         self._queue: queue.Queue[memoryview | bytes | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="nodeprep-ckpt-hash", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while (block := self._queue.get()) is not None:
-            self._hash.update(block)
+        try:
+            while (block := self._queue.get()) is not None:
+                view = memoryview(block)
+                self.hashed += view.nbytes
+                while view.nbytes > 0:
+                    take = min(view.nbytes, self.piece - self._filled)
+                    self._piece.update(view[:take])
+                    self._filled += take
+                    view = view[take:]
+                    if self._filled == self.piece:
+                        self._digests.append(self._piece.digest())
+                        self._piece, self._filled = hashlib.sha256(), 0
+        except BaseException as exc:  # handed to digest(): a partial hash must not pass
+            self._error = exc
+            while self._queue.get() is not None:
+                pass
 
     def feed(self, block: memoryview | bytes) -> None:
         self._queue.put(block)
 
-    def digest(self) -> str:
+    def digest(self, expected_bytes: int) -> str:
+        """The file's hash once every block fed is hashed; raises if hashing failed or fell
+        short of ``expected_bytes``."""
         self._queue.put(None)
         self._thread.join()
-        return self._hash.hexdigest()
+        if self._error is not None:
+            raise OSError(f"hashing the data file failed: {self._error}")
+        if self.hashed != expected_bytes:
+            raise OSError(f"hashed {self.hashed} bytes of a {expected_bytes}-byte data file")
+        if self._filled:
+            self._digests.append(self._piece.digest())
+        return tree_sha256(self._digests)
 
     def abandon(self) -> None:
         self._queue.put(None)
@@ -123,7 +155,10 @@ class DataFileWriter:
 
     def append(self, tensor: torch.Tensor) -> tuple[int, int]:
         """Write ``tensor``'s bytes at the next aligned offset; returns (offset, nbytes)."""
-        tensor = tensor.detach()
+        if tensor.layout != torch.strided:
+            raise ValueError(f"a {tensor.layout} tensor cannot be checkpointed; make it dense")
+        # Lazy conjugate/negative views would be written as their unresolved bytes.
+        tensor = tensor.detach().resolve_conj().resolve_neg()
         if tensor.device.type != "cpu" or not tensor.is_contiguous():
             tensor = tensor.to("cpu", copy=False).contiguous()
         nbytes = tensor.numel() * tensor.element_size()
@@ -161,30 +196,47 @@ class DataFileWriter:
     def _pwrite(self, chunk: memoryview) -> None:
         done = 0
         while done < len(chunk):
-            written = os.pwrite(self._fd, chunk[done:], self._offset + done)
+            try:
+                written = os.pwrite(self._fd, chunk[done:], self._offset + done)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or not self.direct:
+                    raise
+                self._buffered()  # the probe passed, this write did not: the page cache then
+                continue
             if written <= 0:
                 raise OSError(f"short write to {self.path}")
             done += written
         self._offset += len(chunk)
 
-    def finish(self) -> tuple[int, str]:
-        """fsync and close; returns (size, sha256) of the file as written."""
-        try:
-            os.fsync(self._fd)
-        except BaseException:
-            self.abort()
-            raise
+    def _buffered(self) -> None:
+        """Go on without O_DIRECT on the same file (already written bytes stay)."""
+        fd = os.open(self.path, os.O_WRONLY)
         os.close(self._fd)
-        self._fd = -1
-        digest = self._hasher.digest()
-        self._release()
-        return self._offset, digest
+        self._fd, self.direct = fd, False
+
+    def finish(self) -> tuple[int, str, int]:
+        """fsync and close; returns the size, the sha256 over its pieces (manifest.py) and
+        the piece size, of the file as written."""
+        fd, self._fd = self._fd, -1
+        try:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            digest = self._hasher.digest(self._offset)
+        except BaseException:
+            self._hasher.abandon()
+            raise
+        finally:
+            self._release()  # the hasher has stopped reading: the tensors may go
+        return self._offset, digest, self._hasher.piece
 
     def abort(self) -> None:
         """Close without fsync (the caller removes the file); never raises."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self._hasher.abandon()
         self._release()
 
@@ -242,8 +294,9 @@ def join_payload(meta: Any, data_path: Path | None, data_size: int) -> Any:
     table = meta["tensors"]
     if not isinstance(table, list) or (table and data_path is None):
         raise RawFormatError("the tensor table is malformed or its data file is missing")
-    tensors = [_entry_tensor(i, entry, data_size) for i, entry in enumerate(table)]
-    _check_no_overlap(table)
+    checked = [_check_entry(i, entry, data_size) for i, entry in enumerate(table)]
+    _check_no_overlap(table)  # every entry proven before any memory is allocated
+    tensors = [torch.empty(shape, dtype=dtype) for dtype, shape in checked]
     if data_path is not None:
         with open(data_path, "rb", buffering=0) as handle:
             for index, (tensor, entry) in enumerate(zip(tensors, table, strict=True)):
@@ -260,8 +313,8 @@ def join_payload(meta: Any, data_path: Path | None, data_size: int) -> Any:
     return _rebuild(meta["skeleton"], leaf)
 
 
-def _entry_tensor(index: int, entry: Any, data_size: int) -> torch.Tensor:
-    """An empty tensor for one table entry, once the entry is proven consistent."""
+def _check_entry(index: int, entry: Any, data_size: int) -> tuple[torch.dtype, list[int]]:
+    """(dtype, shape) of one table entry, once it is proven consistent with the data file."""
     try:
         dtype_name, shape, offset, nbytes = entry
         dtype = getattr(torch, str(dtype_name))
@@ -270,13 +323,12 @@ def _entry_tensor(index: int, entry: Any, data_size: int) -> torch.Tensor:
         raise RawFormatError(f"tensor {index}: malformed table entry {entry!r}") from exc
     if not isinstance(dtype, torch.dtype) or any(n < 0 for n in shape):
         raise RawFormatError(f"tensor {index}: malformed table entry {entry!r}")
-    tensor = torch.empty(shape, dtype=dtype)
-    expected = tensor.numel() * tensor.element_size()
+    expected = math.prod(shape) * dtype.itemsize
     if not isinstance(offset, int) or not isinstance(nbytes, int) or nbytes != expected:
         raise RawFormatError(f"tensor {index}: {nbytes} bytes recorded, its shape needs {expected}")
     if offset % ALIGN or offset < 0 or offset + nbytes > data_size:
         raise RawFormatError(f"tensor {index}: bytes {offset}+{nbytes} outside the data file")
-    return tensor
+    return dtype, shape
 
 
 def _read_into(fd: int, tensor: torch.Tensor, offset: int, index: int) -> None:

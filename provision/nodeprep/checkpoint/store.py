@@ -72,10 +72,17 @@ def load_verified(path: Path) -> tuple[Manifest, dict[str, Any]]:
     return manifest, load_payloads(path, manifest)
 
 
-def load_payloads(path: Path, manifest: Manifest) -> dict[str, Any]:
-    """The second half of ``load_verified``: call it only with a manifest ``verify`` returned."""
+def load_payloads(
+    path: Path, manifest: Manifest, only: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """The second half of ``load_verified``: call it only with a manifest ``verify`` returned
+    (with the same ``only``: the payload files to load, each with its data file)."""
     payloads: dict[str, Any] = {}
+    if only is not None:  # as verify(only=...) hashed them: each with its data file
+        only = only | {n[: -len(".pt")] + DATA_SUFFIX for n in only if n.endswith(".pt")}
     for name in manifest.files:
+        if only is not None and name not in only:
+            continue
         if manifest.format_version >= 2 and name.endswith(DATA_SUFFIX):
             continue  # read with its structure file below
         try:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as tmp
 
-from nodeprep.checkpoint.durable import CheckpointWriteError, commit_checkpoint
+from nodeprep.checkpoint.durable import CheckpointWriteError, Part, commit_checkpoint, commit_part
 from nodeprep.checkpoint.snapshot import StagingArea, flatten, unflatten
 from nodeprep.checkpoint.store import apply_retention
 
@@ -49,6 +49,7 @@ class SaveResult:
     committed_time: float
     write_seconds: float
     nbytes: int
+    part: bool = False  # a sharded save's part written by a rank other than 0 (rank 0 commits)
 
 
 def write_and_prune(
@@ -60,15 +61,26 @@ def write_and_prune(
     keep: int,
     extra: dict[str, Any],
 ) -> SaveResult:
-    """Commit one checkpoint and apply retention only once it is committed."""
+    """Commit one checkpoint and apply retention only once it is committed.
+
+    With ``extra["part"]`` (a sharded save) this writes this rank's part; rank 0 waits for
+    every part, commits and applies retention, the other ranks' results mean "part written".
+    """
     started = time.monotonic()
+    part = extra.get("part")
     try:
-        path = commit_checkpoint(root, step, layer, payloads, extra)
+        if part is None:
+            path = commit_checkpoint(root, step, layer, payloads, extra)
+            nbytes = sum(p.stat().st_size for p in path.iterdir())
+        else:
+            rest = {key: value for key, value in extra.items() if key != "part"}
+            path, nbytes = commit_part(root, step, layer, payloads, Part(**part), rest)
     except CheckpointWriteError as exc:
         return SaveResult(step, layer, None, str(exc), time.time(), 0.0, 0)
     committed_time = time.time()
     elapsed = time.monotonic() - started
-    nbytes = sum(p.stat().st_size for p in path.iterdir())
+    if part is not None and part["rank"] != 0:
+        return SaveResult(step, layer, str(path), None, committed_time, elapsed, nbytes, True)
     try:
         apply_retention(root, layer, keep, fresh=path)
     except OSError as exc:

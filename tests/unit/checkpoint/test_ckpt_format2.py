@@ -6,10 +6,15 @@ cache where not; both must give the same bytes, and a damaged or forged table is
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ import pytest
 import torch
 
 from nodeprep.checkpoint import (
+    CheckpointInvalidError,
     CheckpointWriteError,
     commit_checkpoint,
     load_latest,
@@ -84,44 +90,97 @@ def test_every_dtype_and_layout_comes_back_exactly(tmp_path: Path) -> None:
     assert (path / "model.bin").stat().st_size % ALIGN == 0
 
 
+def _pieces_hash(data: bytes, piece: int) -> str:
+    """What the manifest's sha256 of a chunked file is, computed the plain way."""
+    digests = [hashlib.sha256(data[i : i + piece]).digest() for i in range(0, len(data), piece)]
+    return hashlib.sha256(b"".join(digests)).hexdigest()
+
+
 def _data_file(path: Path, direct: bool) -> tuple[bytes, int, str]:
     writer = DataFileWriter(path, direct=direct)
     split_payload(_state(), writer.append)
-    size, digest = writer.finish()
+    size, digest, piece = writer.finish()
+    assert piece == rawfile.PIECE
     return path.read_bytes(), size, digest
 
 
-def test_direct_and_buffered_writes_give_the_same_bytes_and_hash(tmp_path: Path) -> None:
-    if not rawfile.direct_io_works(tmp_path):
-        pytest.skip(f"O_DIRECT is refused on {tmp_path}'s filesystem")
-    direct = _data_file(tmp_path / "direct.bin", direct=True)
-    buffered = _data_file(tmp_path / "buffered.bin", direct=False)
+@pytest.fixture
+def direct_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory where O_DIRECT works: the test's own, else one under /var/tmp (on disk
+    where /tmp is a tmpfs without O_DIRECT, as on kernels before 6.6)."""
+    if rawfile.direct_io_works(tmp_path):
+        yield tmp_path
+        return
+    other = Path(tempfile.mkdtemp(prefix="nodeprep-direct-", dir="/var/tmp"))
+    try:
+        if not rawfile.direct_io_works(other):
+            pytest.fail(f"O_DIRECT works neither on {tmp_path} nor on {other}")
+        yield other
+    finally:
+        shutil.rmtree(other)
+
+
+def test_direct_and_buffered_writes_give_the_same_bytes_and_hash(direct_dir: Path) -> None:
+    direct = _data_file(direct_dir / "direct.bin", direct=True)
+    buffered = _data_file(direct_dir / "buffered.bin", direct=False)
     assert direct == buffered
     data, size, digest = direct
     assert size == len(data)
-    assert digest == hashlib.sha256(data).hexdigest()
+    assert digest == _pieces_hash(data, rawfile.PIECE)
 
 
-def test_the_probe_says_no_where_the_filesystem_refuses_o_direct(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A filesystem without O_DIRECT (EINVAL at open, as on older tmpfs) gets buffered writes."""
-    real_open = os.open
+def _refusing_direct(monkeypatch: pytest.MonkeyPatch, at: str) -> list[int]:
+    """O_DIRECT refused with EINVAL at open or at the first write, as filesystems do."""
+    real_open, real_pwrite = os.open, os.pwrite
+    direct_fds: list[int] = []
 
-    def refusing(path: Any, flags: int, *args: Any) -> int:
+    def fake_open(path: Any, flags: int, *args: Any) -> int:
+        if flags & os.O_DIRECT and at == "open":
+            raise OSError(errno.EINVAL, "Invalid argument")
+        fd = real_open(path, flags, *args)
         if flags & os.O_DIRECT:
-            raise OSError(22, "Invalid argument")
-        return real_open(path, flags, *args)
+            direct_fds.append(fd)
+        return fd
+
+    def fake_pwrite(fd: int, data: Any, offset: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
 
     monkeypatch.setattr(rawfile, "_direct_ok", {})
-    monkeypatch.setattr(rawfile.os, "open", refusing)
+    monkeypatch.setattr(rawfile.os, "open", fake_open)
+    monkeypatch.setattr(rawfile.os, "pwrite", fake_pwrite)
+    return direct_fds
+
+
+@pytest.mark.parametrize("at", ["open", "write"])
+def test_the_probe_says_no_where_the_filesystem_refuses_o_direct(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    _refusing_direct(monkeypatch, at)
     assert not rawfile.direct_io_works(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # the probe file, where one was made, is gone
     writer = DataFileWriter(tmp_path / "x.bin")
     assert not writer.direct
     writer.append(torch.arange(100_000))
-    _size, digest = writer.finish()
-    assert digest == hashlib.sha256((tmp_path / "x.bin").read_bytes()).hexdigest()
-    assert list(p.name for p in tmp_path.iterdir()) == ["x.bin"]  # no probe file left
+    _size, digest, piece = writer.finish()
+    assert digest == _pieces_hash((tmp_path / "x.bin").read_bytes(), piece)
+
+
+def test_a_write_refused_after_the_probe_goes_on_through_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    direct_fds = _refusing_direct(monkeypatch, "write")
+    writer = DataFileWriter(tmp_path / "x.bin", direct=True)
+    assert direct_fds  # opened with O_DIRECT
+    writer.append(torch.arange(100_000))
+    assert not writer.direct
+    size, digest, piece = writer.finish()
+    data = (tmp_path / "x.bin").read_bytes()
+    assert size == len(data)
+    written = torch.frombuffer(bytearray(data[:800_000]), dtype=torch.int64)
+    assert torch.equal(written, torch.arange(100_000))
+    assert digest == _pieces_hash(data, piece)
 
 
 def test_a_flipped_byte_in_a_data_file_falls_back_naming_the_file(tmp_path: Path) -> None:
@@ -138,6 +197,36 @@ def test_a_flipped_byte_in_a_data_file_falls_back_naming_the_file(tmp_path: Path
     assert loaded.rejected == (
         (newest.name, f"{newest.name}: model.bin sha256 does not match manifest"),
     )
+
+
+def test_pieces_are_hashed_apart_and_a_flip_in_any_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1 MiB pieces (the smallest a manifest may claim) over a 5 MB tensor: several pieces,
+    hashed side by side on verify; a flipped byte in the fourth is found."""
+    monkeypatch.setattr(rawfile, "PIECE", 1 << 20)
+    payloads = {"model.pt": {"w": torch.randn(1_250_000)}, "train.pt": {"step": 1}}
+    path = commit_checkpoint(tmp_path, 1, "full", payloads)
+    entry = verify(path).files["model.bin"]
+    assert entry.chunk == 1 << 20
+    assert entry.size > 4 * entry.chunk
+    assert entry.sha256 == _pieces_hash((path / "model.bin").read_bytes(), 1 << 20)
+    with open(path / "model.bin", "r+b") as handle:
+        handle.seek(3 * entry.chunk + 77)
+        byte = handle.read(1)
+        handle.seek(3 * entry.chunk + 77)
+        handle.write(bytes([byte[0] ^ 0x80]))
+    with pytest.raises(CheckpointInvalidError, match=r"model\.bin sha256 does not match manifest"):
+        verify(path)
+
+
+def test_a_manifest_claiming_tiny_pieces_is_refused(tmp_path: Path) -> None:
+    path = commit_checkpoint(tmp_path, 1, "full", _payloads(1))
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"]["model.bin"]["chunk"] = 1
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointInvalidError, match=r"model\.bin has pieces of 1 bytes"):
+        verify(path)
 
 
 def _forge(path: Path, edit: Any) -> None:
