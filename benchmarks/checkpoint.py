@@ -32,7 +32,8 @@ from checkpoint_savers import (
     process_mode_available,
     start_single_process_group,
 )
-from nodeprep.checkpoint import ResumableSampler
+from nodeprep.checkpoint import ResumableSampler, commit_checkpoint
+from nodeprep.checkpoint.snapshot import StagingArea, flatten, unflatten
 from nodeprep.trainer.model import SyntheticData, build_model
 
 QUICK = {"model_mb": 16.0, "every": 20, "blocks": 2, "kills": 5, "recoveries": 2}
@@ -45,9 +46,10 @@ def interleaved(
     """One model trained in blocks of ``every`` steps, each block ending in one saver's save.
 
     Savers take turns block by block so that the machine's load drifts over all of them
-    alike. A block's step times are charged to the save that ended the block before it:
-    that is when a background writer competes for the CPU. After each round, one ``dd``
-    sample.
+    alike; each round starts one saver later than the one before. A block's step times are
+    charged to the save that ended the block before it: that is when a background writer
+    competes for the CPU. After each round, once every write in flight has ended, one
+    ``dd`` sample; the block after it is charged to nobody.
     """
     torch.manual_seed(0)
     model = build_model(model_mb)
@@ -68,13 +70,15 @@ def interleaved(
     stalls: dict[str, list[float]] = {mode: [] for mode in modes}
     dd_rates: list[float] = []
     checkpoint_mb = 0.0
-    previous = "off"
+    previous: str | None = "off"  # the saver whose write the next block overlaps
     for block in range(blocks * len(modes)):
         for _ in range(every):
             begin = time.perf_counter()
             step()
-            step_times[previous].append(time.perf_counter() - begin)
-        mode = modes[block % len(modes)]
+            if previous is not None:
+                step_times[previous].append(time.perf_counter() - begin)
+        turn, position = divmod(block, len(modes))
+        mode = modes[(position + turn) % len(modes)]  # each round starts one saver later
         stalls[mode].append(savers[mode].save(block * every))
         previous = mode
         if block % len(modes) == len(modes) - 1:
@@ -86,11 +90,41 @@ def interleaved(
                     )
                     / 1e6
                 )
+            for saver in savers.values():
+                saver.quiesce()
             dd_rates.append(dd_mb_s(base, max(64, int(checkpoint_mb))))
+            previous = None  # the last save's write is over: the next block is nobody's
     records = {mode: saver.finish() for mode, saver in savers.items()}
     for mode in modes:
         clean(base / mode)
     return {"step_times": step_times, "stalls": stalls, "records": records, "dd": dd_rates}
+
+
+def writer_alone(base: Path, model_mb: float, repeats: int) -> tuple[float, float]:
+    """The write path with the CPU to itself: a full checkpoint's tensors staged in shared
+    memory (as the async writer gets them) committed with nothing else running, each sample
+    beside a dd sample. Returns the medians (ours MB/s, dd MB/s)."""
+    torch.manual_seed(0)
+    model = build_model(model_mb)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for param in model.parameters():
+        param.grad = torch.zeros_like(param)
+    optimizer.step()  # Adam's moments exist
+    tensors: list[torch.Tensor] = []
+    skeleton = flatten({"model.pt": model.state_dict(), "optimizer.pt": optimizer.state_dict(),
+                        "train.pt": {"step": 1}}, tensors)  # fmt: skip
+    payloads = unflatten(skeleton, StagingArea().copy_in(tensors))
+    ours: list[float] = []
+    disk: list[float] = []
+    for index in range(repeats):
+        started = time.perf_counter()
+        path = commit_checkpoint(base / "alone", index + 1, "full", payloads)
+        elapsed = time.perf_counter() - started
+        ours.append(sum(p.stat().st_size for p in path.iterdir()) / elapsed / 1e6)
+        clean(base / "alone")
+        disk.append(dd_mb_s(base, int(ours[-1] * elapsed)))
+    print(f"writer alone: {[round(r) for r in ours]} MB/s, dd beside it {[round(r) for r in disk]}")
+    return statistics.median(ours), statistics.median(disk)
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -192,6 +226,9 @@ def main() -> None:
         durable = table[other]["durable_s"]
         if durable:
             summary[f"durable_vs_{other}_ratio"] = round((ours["durable_s"] or 0) / durable, 3)
+    alone, alone_dd = writer_alone(base, float(conf["model_mb"]), 5)
+    summary.update(alone_mb_s=round(alone, 1), alone_disk_mb_s=round(alone_dd, 1),
+                   alone_vs_disk_ratio=round(alone / alone_dd, 3))  # fmt: skip
     summary.update(recovery_summary(
         recovery(base / "recovery", float(conf["model_mb"]), int(conf["recoveries"]))))  # fmt: skip
     kills_wanted = int(conf["kills"]) if args.kills is None else args.kills

@@ -36,6 +36,9 @@ class Saver:
     def save(self, step: int) -> float:
         raise NotImplementedError
 
+    def quiesce(self) -> None:
+        """Wait for any write in flight (so that a dd sample has the disk to itself)."""
+
     def finish(self) -> list[Record]:
         return []
 
@@ -58,6 +61,10 @@ class Ours(Saver):
         handle = self.ckpt.save(step)
         self.saves.append((called, handle))
         return handle.blocked_s
+
+    def quiesce(self) -> None:
+        if self.saves:
+            self.saves[-1][1].wait()
 
     def finish(self) -> list[Record]:
         records = []
@@ -132,6 +139,9 @@ class Dcp(Saver):
         blocked = time.perf_counter() - started
         self.pending.append((step, future, called, blocked))
         return blocked
+
+    def quiesce(self) -> None:
+        self._collect()
 
     def finish(self) -> list[Record]:
         self._collect()

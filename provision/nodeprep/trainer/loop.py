@@ -125,8 +125,12 @@ class Trainer:
         """
         resumed = self.checkpointer.restore()
         if resumed is None:
-            torch.manual_seed(self.config.seed + 1000 * dist_util.rank())
-            random.seed(self.config.seed + 1000 * dist_util.rank())
+            seed = self.config.seed + 1000 * dist_util.rank()
+            torch.manual_seed(seed)
+            random.seed(seed)
+            numpy = sys.modules.get("numpy")
+            if numpy is not None:  # seeded from the OS at import: a run would differ from the next
+                numpy.random.seed(seed)
         self.step = resumed or 0
         self._say(f"start step={self.step} resumed={resumed is not None}")
         try:
