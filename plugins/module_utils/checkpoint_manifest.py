@@ -134,6 +134,14 @@ def sha256_piece(path: Path, offset: int, length: int) -> bytes:
     return digest.digest()
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, a container's cpuset), not the host's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def tree_sha256(piece_digests: list[bytes]) -> str:
     """A chunked entry's ``sha256``: over its pieces' digests, in order."""
     return hashlib.sha256(b"".join(piece_digests)).hexdigest()
@@ -167,7 +175,7 @@ def verify(directory: Path, only: Iterable[str] | None = None) -> Manifest:
             return sha256_file(directory / name)
         return sha256_piece(directory / name, offset, length)
 
-    workers = max(1, min(len(jobs), os.cpu_count() or 1, 32))
+    workers = max(1, min(len(jobs), _usable_cpus(), 32))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(run, jobs))
     pieces: dict[str, list[bytes]] = {}

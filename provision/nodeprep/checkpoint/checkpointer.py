@@ -32,7 +32,7 @@ from nodeprep.checkpoint.finite import (
     NonFiniteStateError,
     nonfinite_reason,
 )
-from nodeprep.checkpoint.manifest import parse_name
+from nodeprep.checkpoint.manifest import CheckpointInvalidError, check_sizes, parse_name
 from nodeprep.checkpoint.store import LoadedCheckpoint, committed, load_latest
 from nodeprep.checkpoint.writer import AsyncWriter, SaveResult, SyncWriter, write_and_prune
 
@@ -323,6 +323,11 @@ class Checkpointer:
 
     def _load_agreed(self) -> LoadedCheckpoint | None:
         """Rank 0 chooses (newest full that verifies, else newest light if allowed); all load it."""
+        # A sharded checkpoint is refused before any of its shards is hashed or loaded.
+        refusals = dist_util.gather_all(self._sharded_refusal() if self.is_writer else None)
+        refusal = next((r for r in refusals if r is not None), None)
+        if refusal is not None:
+            raise ValueError(refusal)
         if self.copies == "node":
             return self._load_agreed_per_node()
         chosen: LoadedCheckpoint | None = None
@@ -340,6 +345,21 @@ class Checkpointer:
                 "every rank needs the same checkpoint directory (a shared filesystem)"
             )
         return loaded
+
+    def _sharded_refusal(self) -> str | None:
+        """The refusal when the newest checkpoint with a readable manifest is sharded."""
+        for path in committed(self.root):
+            try:
+                manifest = check_sizes(path)
+            except CheckpointInvalidError:
+                continue
+            if manifest.extra.get("sharded"):
+                return (
+                    f"{path} was written by ShardedCheckpointer (each rank its own shards); "
+                    "restore it with ShardedCheckpointer"
+                )
+            return None
+        return None
 
     def _load_agreed_per_node(self) -> LoadedCheckpoint | None:
         """The newest checkpoint every node has and can verify, each node loading its own copy.

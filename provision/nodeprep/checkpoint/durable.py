@@ -75,7 +75,7 @@ def _write_structure(path: Path, obj: Any) -> FileEntry:
 
 def _write_payload(path: Path, obj: Any) -> dict[str, FileEntry]:
     """Format 2: large tensors' bytes into ``<stem>.bin`` (aligned, O_DIRECT where it works,
-    hashed on a second thread), then the structure with the table into ``path``."""
+    hashed in pieces on a few threads), then the structure with the table into ``path``."""
     data_path = path.with_suffix(DATA_SUFFIX)
     writer: DataFileWriter | None = None
 
@@ -205,7 +205,7 @@ def commit_part(
         with contextlib.suppress(OSError):
             atomic_write_text(marker.with_suffix(".failed"), str(error))
         if part.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
+            _give_up(tmp)
         raise error from exc
     mine = sum(entry.size for entry in files.values())
     if part.rank != 0:
@@ -216,12 +216,23 @@ def commit_part(
             (tmp / f"part-{index:05d}.json").unlink()
         manifest = Manifest(step=step, layer=layer, created=time.time(), files=merged, extra=extra)
         return _seal(root, tmp, manifest), mine
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise _failed(name, root, exc) from exc
     except CheckpointWriteError:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _give_up(tmp)
         raise
+    except Exception as exc:  # never out of the writer process as anything but a failed save
+        _give_up(tmp)
+        raise _failed(name, root, exc) from exc
+
+
+def _give_up(tmp: Path) -> None:
+    """Remove a sharded save's directory so that no rank writes into it again: renamed away
+    first (atomic), so a late rank finds the name gone instead of racing the removal."""
+    trash = tmp.with_name(f"{TRASH_PREFIX}{tmp.name[len(TMP_PREFIX) :]}")
+    try:
+        os.rename(tmp, trash)
+    except OSError:
+        trash = tmp
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _gather_parts(tmp: Path, part: Part, name: str) -> dict[str, FileEntry]:

@@ -14,8 +14,8 @@ the filesystem allows it (probed once per filesystem; tmpfs does not), straight 
 staging memory, in large chunks: no copy into the page cache, no serialisation. Where
 ``O_DIRECT`` is refused, or a tensor's memory is not page-aligned, the same bytes go
 through an aligned bounce buffer or the page cache; either way the file is fsynced. The
-sha256 is computed by a second thread from the same memory while the writes proceed
-(hashlib releases the GIL), so hashing adds no time as long as it is faster than the disk.
+sha256 of each 64 MiB piece is computed on a few threads from the same memory while the
+writes proceed (hashlib releases the GIL), so hashing adds no time while it keeps up.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class _Hasher:
         self._parts: list[memoryview | bytes] = []  # the piece being gathered
         self._filled = 0
         self._pool = ThreadPoolExecutor(
-            max_workers=max(1, min(HASH_THREADS, os.cpu_count() or 1)),
+            max_workers=max(1, min(HASH_THREADS, len(os.sched_getaffinity(0)))),
             thread_name_prefix="nodeprep-ckpt-hash",
         )
         self._digests: list[Future[bytes]] = []
@@ -218,8 +218,9 @@ class DataFileWriter:
     def _buffered(self) -> None:
         """Go on without O_DIRECT on the same file (already written bytes stay)."""
         fd = os.open(self.path, os.O_WRONLY)
-        os.close(self._fd)
-        self._fd, self.direct = fd, False
+        old, self._fd, self.direct = self._fd, fd, False
+        with contextlib.suppress(OSError):  # released by the kernel even when close fails
+            os.close(old)
 
     def finish(self) -> tuple[int, str, int]:
         """fsync and close; returns the size, the sha256 over its pieces (manifest.py) and
