@@ -1,12 +1,14 @@
 """Heartbeat benchmark: fault detection latency, detection -> checkpoint, false trips, cost.
 
 Runs several real daemons (``python -m nodeprep.heartbeat``), each watching its own local
-HTTP endpoint (1 s interval, 0.5 s timeout, threshold 3) with its own registered trainer,
+HTTP endpoint (1 s interval, 0.5 s timeout, threshold 3, a failed probe retried after the
+default retry_interval) with its own registered trainer,
 injects faults (refuse / hang / HTTP 503) at random phases, and reads the trips from a
 local webhook and the committed checkpoints from each trainer's emergency.jsonl. Then all
 endpoints turn slow-but-ok (0.35 s answers) for a soak that must not trip.
 
-Usage: python benchmarks/heartbeat.py [--quick] [--trainer-cmd "CMD ... {run_dir}"]
+Usage: python benchmarks/heartbeat.py [--quick] [--compare] [--trainer-cmd "CMD ... {run_dir}"]
+``--compare`` makes every odd lane a baseline that retries only after a whole interval.
 The trainer defaults to the dummy contract trainer in tests/unit/heartbeat; pass
 ``--trainer-cmd "python -m nodeprep.trainer ... {run_dir}"`` to use the reference trainer.
 Prints figures, then one JSON line.
@@ -64,8 +66,10 @@ class Hooks:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
 
-def _lane_config(index: int, url: str, hook_url: str, registry: Path) -> dict[str, Any]:
-    probe = {
+def _lane_config(
+    index: int, url: str, hook_url: str, registry: Path, quick_retry: bool
+) -> dict[str, Any]:
+    probe: dict[str, Any] = {
         "name": f"lane-{index}",
         "type": "http",
         "url": url,
@@ -74,6 +78,8 @@ def _lane_config(index: int, url: str, hook_url: str, registry: Path) -> dict[st
         "fail_threshold": 3,
         "recover_threshold": 2,
     }
+    if not quick_retry:
+        probe["retry_interval"] = probe["interval"]  # the baseline: a retry waits an interval
     actions = {
         "min_trip_interval_s": 0,
         "pause_wait_s": 30,
@@ -85,13 +91,18 @@ def _lane_config(index: int, url: str, hook_url: str, registry: Path) -> dict[st
 class Lane:
     """One daemon, its endpoint and its trainer."""
 
-    def __init__(self, index: int, work: Path, hook_url: str, trainer_cmd: str) -> None:
+    def __init__(
+        self, index: int, work: Path, hook_url: str, trainer_cmd: str, quick_retry: bool
+    ) -> None:
         self.index = index
+        self.quick_retry = quick_retry
         self.endpoint = Endpoint(slow_s=0.35).start()
         self.run_dir = work / f"run-{index}"
         registry_root = work / f"registry-{index}"
         config = work / f"hb-{index}.json"
-        raw = _lane_config(index, f"{self.endpoint.url}/", hook_url, registry_root / "trainers")
+        raw = _lane_config(
+            index, f"{self.endpoint.url}/", hook_url, registry_root / "trainers", quick_retry
+        )
         config.write_text(json.dumps(raw))
         env = dict(os.environ, NODEPREP_RUN_DIR=str(registry_root))
         argv = shlex.split(trainer_cmd.format(run_dir=self.run_dir))
@@ -169,7 +180,8 @@ def run_lane(
         if trip is None:
             out["missed"].append(1)
         else:
-            out["detect"].append(trip["detected_at"] - injected)
+            key = "detect" if lane.quick_retry else "baseline_detect"
+            out[key].append(trip["detected_at"] - injected)
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 records = contract.read_emergency_records(lane.run_dir)
@@ -204,15 +216,23 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def measure(
-    lanes_n: int, faults: int, soak_s: float, trainer_cmd: str, seed: int
+    lanes_n: int, faults: int, soak_s: float, trainer_cmd: str, seed: int, compare: bool
 ) -> dict[str, Any]:
-    """Fault phase on all lanes in parallel, then the slow-but-ok soak; raw figures."""
+    """Fault phase on all lanes in parallel, then the slow-but-ok soak; raw figures.
+
+    With ``compare``, every odd lane is a baseline lane whose failed probe waits a whole
+    interval for its retry (the daemon before quick retries), side by side with the rest.
+    """
     rng = random.Random(seed)
-    keys = ("detect", "checkpoint", "missed", "no_checkpoint", "no_recover", "unexpected")
+    keys = ("detect", "baseline_detect", "checkpoint", "missed", "no_checkpoint", "no_recover")
+    keys += ("unexpected",)
     out: dict[str, list[float]] = {k: [] for k in keys}
     hooks = Hooks(lanes_n)
     with tempfile.TemporaryDirectory(prefix="hb-bench-") as tmp:
-        lanes = [Lane(i, Path(tmp), hooks.url, trainer_cmd) for i in range(lanes_n)]
+        lanes = [
+            Lane(i, Path(tmp), hooks.url, trainer_cmd, not (compare and i % 2))
+            for i in range(lanes_n)
+        ]
         try:
             started, cpu0 = time.monotonic(), _cpu_seconds(lanes[0].daemon.pid)
             workers = [
@@ -252,13 +272,22 @@ def report(res: dict[str, Any], lanes_n: int, soak_s: float, trainer: str) -> No
     detect, ckpt = res["detect"], res["checkpoint"]
     print(
         f"lanes: {lanes_n} daemons in parallel; faults injected: "
-        f"{len(detect) + len(res['missed'])} ({', '.join(FAULTS)}); "
-        "interval 1 s, timeout 0.5 s, threshold 3"
+        f"{len(detect) + len(res['baseline_detect']) + len(res['missed'])} "
+        f"({', '.join(FAULTS)}); "
+        "interval 1 s, timeout 0.5 s, threshold 3, a failed probe retried after the default "
+        "retry_interval (timeout / 3)"
     )
     print(
         f"detection: p50 {_pct(detect, 0.5):.3f} s, p99 {_pct(detect, 0.99):.3f} s, "
         f"max {max(detect, default=float('nan')):.3f} s; missed {len(res['missed'])}"
     )
+    base = res["baseline_detect"]
+    if base:
+        print(
+            f"baseline lanes (a failed probe retried after a whole interval): detection p50 "
+            f"{_pct(base, 0.5):.3f} s, p99 {_pct(base, 0.99):.3f} s, max {max(base):.3f} s; "
+            f"p99 ratio quick/baseline {_pct(detect, 0.99) / _pct(base, 0.99):.2f}"
+        )
     print(
         f"detection -> committed checkpoint ({trainer}): p50 {_pct(ckpt, 0.5):.3f} s, "
         f"p99 {_pct(ckpt, 0.99):.3f} s; missing {len(res['no_checkpoint'])}"
@@ -276,6 +305,14 @@ def report(res: dict[str, Any], lanes_n: int, soak_s: float, trainer: str) -> No
             {
                 "detect_p50_s": round(_pct(detect, 0.5), 3),
                 "detect_p99_s": round(_pct(detect, 0.99), 3),
+                **(
+                    {
+                        "baseline_detect_p50_s": round(_pct(base, 0.5), 3),
+                        "baseline_detect_p99_s": round(_pct(base, 0.99), 3),
+                    }
+                    if base
+                    else {}
+                ),
                 "detect_to_checkpoint_p99_s": round(_pct(ckpt, 0.99), 3),
                 "false_trips": res["false_trips"],
                 "cpu_pct": round(res["cpu_pct"], 2),
@@ -293,6 +330,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--lanes", type=int, help="daemons in parallel (default 8, quick 4)")
     parser.add_argument("--hang", action="store_true", help="the hang lane instead")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="odd lanes retry a failed probe only after a whole interval (the old daemon)",
+    )
     args = parser.parse_args()
     if args.hang:
         from heartbeat_hang import main as hang_main
@@ -300,7 +342,7 @@ def main() -> int:
         return hang_main(quick=args.quick, seed=args.seed)
     lanes_n, faults, soak_s = (4, 20, 20.0) if args.quick else (8, 200, 60.0)
     lanes_n = args.lanes or lanes_n
-    res = measure(lanes_n, faults, soak_s, args.trainer_cmd, args.seed)
+    res = measure(lanes_n, faults, soak_s, args.trainer_cmd, args.seed, args.compare)
     dummy = args.trainer_cmd == DUMMY
     report(res, lanes_n, soak_s, "dummy (tests/unit/heartbeat)" if dummy else args.trainer_cmd)
     return 0

@@ -39,6 +39,10 @@ class ProbeConfig:
     timeout: float
     fail_threshold: int
     recover_threshold: int
+    # After a failure that has not yet tripped, the next attempt comes this soon instead of
+    # a whole interval later, so a real outage trips in about interval + timeout + a few
+    # retries while a blip still has to last (fail_threshold - 1) x retry_interval to trip.
+    retry_interval: float = 0.0
     url: str = ""
     expect_status: tuple[int, ...] = (200,)
     host: str = ""
@@ -201,11 +205,18 @@ def _probe(raw: object, where: str) -> ProbeConfig:
         raise ConfigError(
             f"{sec.key('timeout')}: {timeout:g} s exceeds the interval {interval:g} s."
         )
+    retry = sec.positive("retry_interval", min(interval, max(0.05, timeout / 3)))
+    if retry > interval:
+        raise ConfigError(
+            f"{sec.key('retry_interval')}: {retry:g} s exceeds the interval {interval:g} s; "
+            "a retry comes sooner than the next interval, or it is no retry."
+        )
     common: dict[str, Any] = {
         "name": name,
         "type": kind,
         "interval": interval,
         "timeout": timeout,
+        "retry_interval": retry,
         # A progress probe's allowance already is its patience: one late reading is a hang.
         "fail_threshold": sec.count("fail_threshold", 1 if kind == "progress" else 3),
         "recover_threshold": sec.count("recover_threshold", 2),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from nodeprep.heartbeat import metrics, probes
@@ -68,6 +69,11 @@ class Daemon:
             watch = ProgressCheck(cfg, self.config.registry_dir, self.actions.paused_pids)
             self.progress_checks.append(watch)
             return watch.attempt
+        # The scheduler judges an attempt at cfg.timeout; the network call itself may run
+        # until the next interval. A hung endpoint then stays one hung attempt, and each
+        # retry past its deadline counts a failure at once, instead of every retry paying
+        # a fresh timeout: a hang trips in timeout + (fail_threshold - 1) x retry_interval.
+        patient = replace(cfg, timeout=max(cfg.timeout, cfg.interval))
         factory = {
             "http": probes.http_attempt,
             "imds": probes.imds_attempt,
@@ -76,7 +82,7 @@ class Daemon:
             "icmp": probes.icmp_attempt,
             "writable": probes.writable_attempt,
         }[cfg.type]
-        return factory(cfg)
+        return factory(patient)
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set."""
@@ -90,6 +96,8 @@ class Daemon:
             waits = [1.0, next_metrics - now] + ([next_ping - now] if ping_every else [])
             for runner, outcome in self.scheduler.poll(max(0.0, min(waits))):
                 self._observe(runner.cfg, outcome)
+                if self.states[runner.cfg.name].state is State.SUSPECT:
+                    runner.hurry(time.monotonic())
             now = time.monotonic()
             if ping_every and now >= next_ping:
                 self.notifier.ping()

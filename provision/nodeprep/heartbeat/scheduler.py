@@ -4,6 +4,11 @@ Each probe has at most one attempt in flight. An attempt that has not answered b
 deadline counts as one failure at that moment; if it is still stuck when the next
 interval comes, that interval counts as another failure and no second worker is started,
 so a hung endpoint costs one thread, never the loop and never a pile of threads.
+
+After a failure that has not tripped yet, the daemon calls ``hurry``: the next attempt
+comes ``retry_interval`` later instead of a whole interval, so an outage is confirmed in
+a few retries. An attempt already past its deadline when a retry is due counts as one
+more failure, as at any interval; a slow attempt within its timeout is left to answer.
 """
 
 from __future__ import annotations
@@ -36,6 +41,15 @@ class ProbeRunner:
         if self.future is not None and not self.reported:
             return min(self.next_due, self.deadline)
         return self.next_due
+
+    def hurry(self, now: float) -> None:
+        """Bring the next attempt forward to a retry: the last outcome was a failure.
+
+        An attempt still within its timeout is left to answer; its outcome hurries again.
+        """
+        if self.future is not None and not self.reported:
+            return
+        self.next_due = min(self.next_due, now + self.cfg.retry_interval)
 
     def step(self, now: float, submit: Callable[[Attempt], Future[Outcome]]) -> list[Outcome]:
         """Collect a finished or overdue attempt, and start the next one when due."""

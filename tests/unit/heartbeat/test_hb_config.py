@@ -52,6 +52,9 @@ def test_good_config_loads_with_defaults(tmp_path: Path) -> None:
     assert cfg.probes[6].host == "10.77.0.2"
     assert cfg.probes[0].fail_threshold == 3
     assert cfg.probes[0].recover_threshold == 2
+    # A failed probe is retried after a third of its timeout, never later than its interval.
+    assert cfg.probes[0].retry_interval == pytest.approx(0.5 / 3)
+    assert cfg.probes[2].retry_interval == pytest.approx(2.0 / 3)
     assert cfg.probes[2].url == config_mod.DEFAULT_METADATA_URL
     assert cfg.probes[3].expect_status == (200, 204)
     assert cfg.actions.tmux_session == "train"
@@ -65,6 +68,14 @@ def test_good_config_loads_with_defaults(tmp_path: Path) -> None:
         (lambda c: c["probes"][6].pop("host"), "probes[6].host: an icmp probe needs a host"),
         (lambda c: c["probes"][0].update(interval=-1), "probes[0].interval: must be a positive"),
         (lambda c: c["probes"][0].update(timeout=5), "probes[0].timeout: 5 s exceeds the interval"),
+        (
+            lambda c: c["probes"][0].update(retry_interval=60),
+            "probes[0].retry_interval: 60 s exceeds the interval",
+        ),
+        (
+            lambda c: c["probes"][0].update(retry_interval=0),
+            "probes[0].retry_interval: must be a positive number",
+        ),
         (
             lambda c: c["probes"][4].update(path="/nonexistent/ckpt"),
             "probes[4].path: /nonexistent/ckpt is not a directory",

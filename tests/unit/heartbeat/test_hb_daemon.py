@@ -50,7 +50,8 @@ def test_slow_but_ok_and_single_blips_never_trip(
     endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
 ) -> None:
     endpoint.slow_s = 0.15
-    hb = run_daemon({"probes": [_probe(endpoint)]})
+    # A blip lasts until the test sees it (20 ms polls), well under two retries.
+    hb = run_daemon({"probes": [_probe(endpoint, retry_interval=0.3)]})
     endpoint.set_mode("slow")
     time.sleep(2.0)
     for _ in range(4):
@@ -122,3 +123,41 @@ def test_a_hung_endpoint_stalls_neither_the_loop_nor_other_probes(
         assert hb.state("gw") == "healthy"
     finally:
         other.stop()
+
+
+def test_a_failure_is_retried_soon_so_an_outage_trips_in_retries_not_intervals(
+    endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
+) -> None:
+    probe = _probe(endpoint, interval=3.0, timeout=0.3, retry_interval=0.1)
+    hb = run_daemon({"probes": [probe]})
+    wait_for(lambda: hb.observed, 5, "first answer")
+    endpoint.set_mode("refuse")
+    wait_for(lambda: _runs(hb.observed, "web")[-1][1] == "failed", 6, "a trip")
+    fails = [t for t, name, ok, _ in hb.observed if name == "web" and not ok]
+    # Three failures 0.1 s apart, not 3 s apart (the interval): about 0.2 s in all.
+    assert len(fails) >= 3
+    assert fails[2] - fails[0] < 1.0, fails
+
+
+def test_a_hung_retry_counts_once_past_its_deadline_and_a_slow_one_not_at_all(
+    endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
+) -> None:
+    endpoint.slow_s = 0.25
+    probe = _probe(endpoint, interval=3.0, timeout=0.4, retry_interval=0.1)
+    hb = run_daemon({"probes": [probe]})
+    wait_for(lambda: hb.observed, 5, "first answer")
+    # One failure, then retries that answer slowly but within the timeout: no more failures.
+    endpoint.set_mode("error")
+    wait_for(lambda: hb.state("web") == "suspect", 5, "the failure")
+    endpoint.set_mode("slow")
+    wait_for(lambda: hb.state("web") == "healthy", 5, "the slow retry to answer")
+    assert hb.trips == []
+    assert sum(1 for _, name, ok, _ in hb.observed if name == "web" and not ok) == 1
+    # A hang: the deadline is one failure, each retry past it one more; a trip well
+    # before the 3 s interval would have given a second attempt.
+    endpoint.set_mode("hang")
+    mark = time.time()
+    wait_for(lambda: _runs(hb.observed, "web")[-1][1] == "failed", 8, "a trip on the hang")
+    fails = [(t, s) for t, name, ok, s in hb.observed if name == "web" and not ok and t > mark]
+    assert [s for _, s in fails[:3]] == ["suspect", "suspect", "failed"]
+    assert fails[2][0] - fails[0][0] < 1.0, fails
