@@ -281,8 +281,8 @@ def judge_state(
     return FAILED if known else ABSENT
 
 
-def descendants(root: int, proc: str = "/proc") -> list[int]:
-    """Every process below ROOT (children first found through /proc/PID/stat's ppid)."""
+def _parents(proc: str = "/proc") -> dict[int, list[int]]:
+    """Each process's children, read from /proc/PID/stat's ppid."""
     parents: dict[int, list[int]] = {}
     for entry in os.listdir(proc):
         if not entry.isdigit():
@@ -294,6 +294,12 @@ def descendants(root: int, proc: str = "/proc") -> list[int]:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
         parents.setdefault(int(fields[1]), []).append(int(entry))
+    return parents
+
+
+def descendants(root: int, proc: str = "/proc") -> list[int]:
+    """Every process below ROOT."""
+    parents = _parents(proc)
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -301,6 +307,11 @@ def descendants(root: int, proc: str = "/proc") -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def children(pid: int, proc: str = "/proc") -> list[int]:
+    """The direct children of PID (the ranks of a torchrun agent), lowest pid first."""
+    return sorted(_parents(proc).get(pid, []))
 
 
 def cmdline(pid: int, proc: str = "/proc") -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeprep.hardening.plugins.module_utils import drill as dr
 from ansible_collections.nodeprep.hardening.plugins.module_utils import interconnect as ic
 from ansible_collections.nodeprep.hardening.plugins.module_utils import job
 from ansible_collections.nodeprep.hardening.plugins.module_utils.checkpoint_manifest import (
@@ -58,11 +59,20 @@ description:
     I(min_busbw_gbps) and the smallest size's time at most I(max_latency_ms); skipped with
     one node, or without an image and a launcher - and the figures under
     C(nodeprep_job.figures). Nothing is written on the node.
+  - C(action=drill) injects one I(fault) on this node against the running job (C(kill) - a
+    SIGKILL to one rank; C(netem) - delay and loss on the bond, else the default route's
+    interface; C(link) - the bond's active member down; C(ssh-drop) - every login session of
+    I(user) but the drill's own ended), watches the job's log while it lasts, undoes it, and
+    returns under C(nodeprep_job.drill) what it cost (detected by whom and when, steps lost,
+    time to the next step) and whether the node is as it was. The undo is armed first as a
+    systemd timer (C(nodeprep-drill-undo-ID)) that fires I(duration_s) + 5 s later, so it
+    runs even when this module or its controller is lost. A fault that cannot apply here is
+    refused with C(nodeprep_refused=true), changing nothing.
 options:
   action:
     description: What to do.
     type: str
-    choices: [check, start, status, stop, interconnect]
+    choices: [check, start, status, stop, interconnect, drill]
     required: true
   name:
     description: The job name; also the tmux session's name and part of the unit's.
@@ -201,9 +211,30 @@ options:
     type: float
     default: 0
   timeout_s:
-    description: C(interconnect) - seconds the rendezvous and the measurement may take, each.
+    description: C(interconnect) - seconds the rendezvous and the measurement may take, each;
+      C(drill) - seconds to wait for the job to step before the fault and after it.
     type: int
     default: 180
+  fault:
+    description: C(drill) - the fault.
+    type: str
+    choices: [kill, link, netem, ssh-drop]
+  drill_id:
+    description: C(drill) - names the undo's transient unit; letters, digits, C(-), C(_).
+    type: str
+    default: ""
+  duration_s:
+    description: C(drill) - seconds the fault lasts (C(link), C(netem), C(ssh-drop)).
+    type: int
+    default: 20
+  netem_delay_ms:
+    description: C(drill) - netem's added delay.
+    type: int
+    default: 50
+  netem_loss_pct:
+    description: C(drill) - netem's packet loss.
+    type: float
+    default: 1.0
   prepare:
     description: C(interconnect) - only say whether this node can take part
       (C(nodeprep_job.ready)), and if not, its check; when it can, the command that measures
@@ -605,6 +636,63 @@ def stop(node: Node) -> dict[str, Any]:
     return result
 
 
+def _drill_job(node: Node) -> dr.Job:
+    """The running job as a drill sees it, from this module's own view of the node."""
+    spec = job.read_json(node.path("job.json")) or {}
+    command = [str(arg) for arg in spec.get("command") or []]
+
+    def alive() -> bool:
+        pane = node.pane()
+        return bool(pane and not pane["dead"])
+
+    def workers() -> list[int]:
+        pane = node.pane()
+        if pane is None or pane["dead"]:
+            return []
+        agents = job.agents(pane["pid"])
+        return job.children(agents[-1]) if agents else []
+
+    def committed() -> int | None:
+        newest = newest_checkpoint(node.run_dir, time.time())
+        return int(newest["step"]) if newest else None
+
+    def emergencies() -> int:
+        return len(job.log_tail(node.path("emergency.jsonl"), 100000))
+
+    return dr.Job(node.run_dir, node.account.pw_name, dr.checkpoint_every(command), alive,
+                  workers, committed, emergencies)  # fmt: skip
+
+
+def drill(node: Node) -> dict[str, Any]:
+    """One fault against the running job; a fault that cannot apply here is refused."""
+    p = node.p
+    if not p["fault"] or not re.match(r"^[A-Za-z0-9_-]{1,64}$", p["drill_id"]):
+        node.module.fail_json(msg="action=drill needs a fault and a drill_id of letters, digits, "
+                              "'-' or '_'.", nodeprep_refused=True, nodeprep_job={})  # fmt: skip
+    pane = node.pane()
+    if pane is None or pane["dead"]:
+        node.module.fail_json(msg=f"job {node.name} is not running on {node.host} (see `nodeprep "
+                              "status`); a drill needs a running job.", nodeprep_refused=True,
+                              nodeprep_job={})  # fmt: skip
+    target = _drill_job(node)
+    duration, timeout = float(p["duration_s"]), float(p["timeout_s"])
+    try:
+        if p["fault"] == "kill":
+            result = dr.drill_kill(target, p["drill_id"], duration, timeout)
+        elif p["fault"] == "netem":
+            result = dr.drill_netem(target, p["drill_id"], duration, timeout,
+                                    p["netem_delay_ms"], p["netem_loss_pct"])  # fmt: skip
+        elif p["fault"] == "link":
+            result = dr.drill_link(target, p["drill_id"], duration, timeout)
+        else:
+            result = dr.drill_ssh_drop(target, p["drill_id"], duration, timeout)
+    except dr.DrillError as exc:
+        node.module.fail_json(msg=f"{node.host}: {exc}", nodeprep_refused=True,
+                              nodeprep_job={"host": node.host})  # fmt: skip
+        raise
+    return {"host": node.host, "drill": result}
+
+
 def interconnect_argv(node: Node) -> tuple[list[str], dict[str, Any] | None]:
     """The measurement's command on this node, or why it cannot run here (a check result)."""
     p = node.p
@@ -699,7 +787,7 @@ def main() -> None:
             "action": {
                 "type": "str",
                 "required": True,
-                "choices": ["check", "start", "status", "stop", "interconnect"],
+                "choices": ["check", "start", "status", "stop", "interconnect", "drill"],
             },
             "name": {"type": "str", "required": True},
             "user": {"type": "str", "required": True},
@@ -738,6 +826,11 @@ def main() -> None:
             "timeout_s": {"type": "int", "default": 180},
             "prepare": {"type": "bool", "default": False},
             "measured": {"type": "dict"},
+            "fault": {"type": "str", "choices": list(dr.BUILT)},
+            "drill_id": {"type": "str", "default": ""},
+            "duration_s": {"type": "int", "default": 20},
+            "netem_delay_ms": {"type": "int", "default": 50},
+            "netem_loss_pct": {"type": "float", "default": 1.0},
         },
         supports_check_mode=False,
     )
@@ -764,6 +857,8 @@ def main() -> None:
         module.exit_json(changed=True, nodeprep_job=start(node))
     elif action == "status":
         module.exit_json(changed=False, nodeprep_job=status(node))
+    elif action == "drill":
+        module.exit_json(changed=True, nodeprep_job=drill(node))
     else:
         result = stop(node)
         module.exit_json(changed=result.pop("changed"), nodeprep_job=result)

@@ -186,9 +186,9 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
-def to_junit(report: Report) -> str:
+def to_junit(report: Report, name: str = "nodeprep verify") -> str:
     """JUnit XML as CI systems read it: one testsuite per host, one testcase per check."""
-    root = ET.Element("testsuites", name="nodeprep verify", time=_secs(report.seconds))
+    root = ET.Element("testsuites", name=name, time=_secs(report.seconds))
     root.set("tests", str(len(report.results)))
     root.set("failures", str(report.count("fail")))
     root.set("errors", "0")

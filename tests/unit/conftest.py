@@ -13,6 +13,16 @@ import pytest
 
 from nodeprep import runner, wheel
 
+TWO_NODES = "[nodes]\ngpu01 ansible_host=gpu01.invalid\ngpu02 ansible_host=gpu02.invalid\n"
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Path:
+    """An inventory of two nodes whose names resolve nowhere (.invalid)."""
+    path = tmp_path / "fleet.ini"
+    path.write_text(TWO_NODES)
+    return path
+
 
 @pytest.fixture
 def runs(monkeypatch: pytest.MonkeyPatch) -> list[runner.RunRequest]:

@@ -12,19 +12,10 @@ from click.testing import CliRunner
 from nodeprep import runner
 from nodeprep.cli import cli
 
-TWO = "[nodes]\ngpu01 ansible_host=gpu01.invalid\ngpu02 ansible_host=gpu02.invalid\n"
-
 
 def invoke(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args))
     return result.exit_code, result.output
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Path:
-    path = tmp_path / "fleet.ini"
-    path.write_text(TWO)
-    return path
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import click
 
 from nodeprep import __version__
 from nodeprep.cli.build_image import build_image
+from nodeprep.cli.drill import drill_cmd
 from nodeprep.cli.group import OneLineErrorGroup
 from nodeprep.cli.job import run, status, stop
 from nodeprep.cli.lab import lab
@@ -29,6 +30,7 @@ def cli(debug: bool) -> None:
       nodeprep build-image --wheelhouse ./wheels -o trainer.sif
       nodeprep run inventory.ini --name pretrain
       nodeprep status inventory.ini --name pretrain
+      nodeprep drill inventory.ini --faults kill,netem
     """
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
@@ -43,6 +45,7 @@ cli.add_command(build_image)
 cli.add_command(run)
 cli.add_command(status)
 cli.add_command(stop)
+cli.add_command(drill_cmd)
 
 
 def main() -> None:

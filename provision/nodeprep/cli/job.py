@@ -55,14 +55,14 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     return connection_options(func)
 
 
-def _check_name(name: str) -> None:
+def check_job_name(name: str) -> None:
     try:
         job.check_name(name)
     except job.JobError as exc:
         raise BadInput(str(exc)) from exc
 
 
-def _request(
+def job_request(
     inventory: Path, limit: str | None, forks: int | None, variables: dict[str, Any],
     verbosity: int, fast: bool, connection: runner.Connection,
 ) -> runner.RunRequest:  # fmt: skip
@@ -136,7 +136,7 @@ def run(
       nodeprep run inventory.ini --name pretrain --nproc-per-node 8 --nnodes 2:4
       nodeprep run inventory.ini --name ft -- train.py --lr 3e-4
     """
-    _check_name(name)
+    check_job_name(name)
     if image is not None and not image.startswith("/"):
         raise BadInput(
             f"--image {image!r} is not an absolute path; give the image's path on the nodes."
@@ -148,7 +148,7 @@ def run(
         raise BadInput(f"--run-dir {run_dir!r} is not an absolute path; give one like "
                        "/data/jobs/NAME.")  # fmt: skip
     variables: dict[str, Any] = {**merge_extra_vars(extra_vars)}
-    request = _request(inventory, limit, forks, variables, verbosity, fast, connection)
+    request = job_request(inventory, limit, forks, variables, verbosity, fast, connection)
     hosts = load_inventory(request).selected
     if not hosts:
         raise BadInput("the inventory selects no host; check INVENTORY and --limit.")
@@ -174,7 +174,9 @@ def run(
         **({"job_run_dir": run_dir} if run_dir else {}),
         **({"job_command": list(command)} if command else {}),
     }
-    request = _request(inventory, limit, forks, {**variables, **given}, verbosity, fast, connection)
+    request = job_request(
+        inventory, limit, forks, {**variables, **given}, verbosity, fast, connection
+    )
     console = Console(highlight=False)
     started = time.monotonic()
     result, _ = _run(request, console, f"run {name}")
@@ -256,9 +258,9 @@ def status(
     Exit codes: 0 the job runs or finished on every selected node, 1 otherwise (a failed
     job's last log lines are printed), 2 bad input, 3 a node was unreachable.
     """
-    _check_name(name)
+    check_job_name(name)
     variables = {**merge_extra_vars(extra_vars), "job_name": name, "nodeprep_job_action": "status"}
-    request = _request(inventory, limit, forks, variables, verbosity, fast, connection)
+    request = job_request(inventory, limit, forks, variables, verbosity, fast, connection)
     # A table wider than a pipe's 80 columns is still one line per node.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     result, hosts = _run(request, console, f"status {name}")
@@ -300,12 +302,12 @@ def stop(
     killed unless --kill asks for it. Exit codes: 0 stopped everywhere, 1 still running
     somewhere, 2 bad input, 3 a node was unreachable.
     """
-    _check_name(name)
+    check_job_name(name)
     variables = {
         **merge_extra_vars(extra_vars), "job_name": name, "nodeprep_job_action": "stop",
         "job_stop_timeout_s": timeout_s, "job_kill": kill,
     }  # fmt: skip
-    request = _request(inventory, limit, forks, variables, verbosity, fast, connection)
+    request = job_request(inventory, limit, forks, variables, verbosity, fast, connection)
     console = Console(highlight=False)
     result, _hosts = _run(request, console, f"stop {name}")
     code = _report_failures(console, result)

@@ -31,6 +31,10 @@ from nodeprep.inventory.source import MAX_BYTES, MAX_HOSTS, MAX_LINE_CHARS
 __all__ = ["MAX_BYTES", "MAX_HOSTS", "MAX_LINE_CHARS", "Inventory", "InventoryError", "load"]
 
 
+# The host variable every lab node's inventory line carries (nodeprep.lab.inventory).
+LAB_MARK = "nodeprep_lab_bond_nics"
+
+
 class InventoryError(ValueError):
     """The inventory cannot be used; the message is one sentence naming the input and the fix."""
 
@@ -44,6 +48,8 @@ class Inventory:
     groups: dict[str, tuple[str, ...]]
     # The hosts chosen by the --limit given to load(); every host without one.
     selected: tuple[str, ...]
+    # Hosts of a nodeprep lab (their inventory, from `nodeprep lab inventory`, says so).
+    lab: frozenset[str] = frozenset()
 
 
 def load(
@@ -73,7 +79,12 @@ def load(
         for name, group in manager.groups.items()
         if name not in ("all", "ungrouped")
     }
-    return Inventory(source=path.resolve(), hosts=hosts, groups=groups, selected=selected)
+    lab = frozenset(
+        name
+        for name in hosts
+        if (host := manager.get_host(name)) is not None and LAB_MARK in host.get_vars()
+    )
+    return Inventory(source=path.resolve(), hosts=hosts, groups=groups, selected=selected, lab=lab)
 
 
 def _parsed(text: source.InventoryText) -> tuple[Any, tuple[str, ...]]:

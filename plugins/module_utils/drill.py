@@ -1,0 +1,569 @@
+"""Chaos drills against a running job on one node: the faults, their undo, what each cost.
+
+A drill injects one fault on the node where it runs, watches the job's log while the fault
+lasts, undoes the fault and then checks that the node is as it was. Before anything is
+injected the undo is armed as a transient systemd timer (``systemd-run --on-active``), so
+it runs on the node even when the controller, its connection or this process is lost; a
+drill that ends normally runs the undo itself and removes the timer.
+
+What a drill measures comes from the node alone: the reference trainer's log lines carry
+the step and its wall time (``step N loss=... t=...``), torchrun's own lines say when it saw
+a worker die, the checkpoints directory says what was committed, and the bond's sysfs files
+say when it failed over.
+
+Standard library and Python 3.8 only: this runs on the nodes as Ansible module_utils, and
+the controller imports it too (``nodeprep.drill``) for the fault names and limits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+# Every fault the drill command knows, in the order of the issue that asked for them.
+FAULTS = ("kill", "preempt", "link", "blackhole", "netem", "disk-full", "ssh-drop", "reboot")
+# The faults this release can inject; the others are refused by name (exit 2), never faked.
+BUILT = ("kill", "link", "netem", "ssh-drop")
+# Faults that can cut a node off its network; outside the lab they need --yes.
+CUTS_OFF = ("link", "blackhole", "netem", "reboot")
+# Steps a fault may cost: None means "at most the job's checkpoint interval".
+STEPS_LOST_LIMIT: dict[str, int | None] = {
+    "kill": None, "reboot": None, "preempt": 1, "link": 0, "netem": 0, "ssh-drop": 0,
+    "blackhole": 0, "disk-full": 0,
+}  # fmt: skip
+WHY_NOT_BUILT = {
+    "preempt": "needs the metadata stand-in the heartbeat probes on the node",
+    "blackhole": "needs nftables on the node and the nic_bond role's ARP monitoring",
+    "disk-full": "needs the trainer's save-failure report to be read by the drill",
+    "reboot": "needs the controller to wait through the node's boot",
+}
+
+UNDO_PREFIX = "nodeprep-drill-undo-"
+_STEP = re.compile(r"^step (\d+) loss=\S+ t=([0-9.]+)")
+_START = re.compile(r"^start step=(\d+) ")
+_TORCHRUN_SAW = re.compile(r"failed \(exitcode: |Restarting worker group")
+_ROOT_QDISC = re.compile(r"^qdisc (\S+) ([0-9a-f]+:) root")
+
+
+class DrillError(ValueError):
+    """A drill that cannot run here; ``str()`` is one sentence naming why and the fix."""
+
+
+def parse_faults(text: str) -> list[str]:
+    """``kill,netem`` -> ["kill", "netem"]; DrillError naming the first bad name."""
+    names = [name.strip() for name in str(text).split(",")]
+    if not str(text).strip() or not all(names):
+        raise DrillError(
+            f"--faults {text!r} names no fault (or has an empty item); give one or more of "
+            f"{', '.join(FAULTS)}, separated by commas."
+        )
+    for name in names:
+        if name not in FAULTS:
+            raise DrillError(
+                f"--faults: unknown fault {name!r}; the faults are {', '.join(FAULTS)}."
+            )
+        if name not in BUILT:
+            raise DrillError(
+                f"--faults: the {name!r} drill is not in this release ({WHY_NOT_BUILT[name]}); "
+                f"drills available: {', '.join(BUILT)}."
+            )
+    return names
+
+
+def checkpoint_every(command: list[str], default: int = 50) -> int:
+    """The reference trainer's --checkpoint-every from the job's command (job.json)."""
+    for index, arg in enumerate(command):
+        if arg == "--checkpoint-every" and index + 1 < len(command):
+            try:
+                return int(command[index + 1])
+            except ValueError:
+                return default
+        if arg.startswith("--checkpoint-every="):
+            try:
+                return int(arg.split("=", 1)[1])
+            except ValueError:
+                return default
+    return default
+
+
+class LogWatch:
+    """New lines of the job's log from the moment it is made, each with when it was seen."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.offset = os.path.getsize(path)
+        except OSError:
+            self.offset = 0
+        self.partial = ""
+        self.lines: list[tuple[float, str]] = []
+
+    def poll(self) -> list[tuple[float, str]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        text = self.partial + data.decode("utf-8", "replace")
+        parts = text.split("\n")
+        self.partial = parts.pop()
+        now = time.time()
+        new = [(now, part.rstrip("\r")) for part in parts]
+        self.lines.extend(new)
+        return new
+
+
+def last_step(path: str, limit: int = 262144) -> tuple[int, float] | None:
+    """The newest ``step N ... t=T`` line of the log: (N, T)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - limit))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(text.splitlines()):
+        found = _STEP.match(line)
+        if found:
+            return int(found.group(1)), float(found.group(2))
+    return None
+
+
+class Timeline:
+    """What the log showed after the fault: torchrun's notice, the resume, the next step."""
+
+    def __init__(self, fault_time: float) -> None:
+        self.fault_time = fault_time
+        self.torchrun_saw: float | None = None
+        self.resumed_from: int | None = None
+        self.resumed_at: float | None = None
+        self.steps: list[tuple[int, float]] = []  # (step, its t=) after the fault
+        self.restarts = 0
+
+    def feed(self, lines: list[tuple[float, str]]) -> None:
+        for seen, line in lines:
+            step = _STEP.match(line)
+            if step:
+                when = float(step.group(2))
+                if when >= self.fault_time:
+                    self.steps.append((int(step.group(1)), when))
+                continue
+            start = _START.match(line)
+            if start:
+                self.resumed_from, self.resumed_at = int(start.group(1)), seen
+                self.restarts += 1
+                continue
+            if _TORCHRUN_SAW.search(line) and self.torchrun_saw is None:
+                self.torchrun_saw = seen
+
+    def next_step_after(self, when: float) -> tuple[int, float] | None:
+        for step, at in self.steps:
+            if at >= when:
+                return step, at
+        return None
+
+
+def run(argv: list[str], timeout: float = 30) -> tuple[int, str, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, "", str(exc)
+    return done.returncode, done.stdout, done.stderr
+
+
+class Undo:
+    """An undo armed on the node before the fault, run by a timer if nobody else runs it."""
+
+    def __init__(self, drill_id: str, script: str, after_s: float) -> None:
+        self.unit = UNDO_PREFIX + drill_id
+        self.script = script
+        self.after_s = after_s
+        self.armed = False
+
+    def arm(self) -> None:
+        if not os.path.isdir("/run/systemd/system"):
+            raise DrillError(
+                "the node does not run systemd, so a fault's undo cannot be armed to outlive "
+                "the drill; drills need systemd on the node."
+            )
+        rc, _out, err = run([
+            "systemd-run", f"--unit={self.unit}", f"--on-active={max(1, round(self.after_s))}",
+            "--timer-property=AccuracySec=100ms", "--description=nodeprep drill undo",
+            "/bin/sh", "-c", self.script,
+        ])  # fmt: skip
+        if rc != 0:
+            raise DrillError(f"cannot arm the fault's undo with systemd-run: {err.strip()}")
+        self.armed = True
+
+    def now(self) -> tuple[int, str]:
+        """Run the undo here, then remove its timer; (rc, stderr) of the undo."""
+        rc, _out, err = run(["/bin/sh", "-c", self.script])
+        if self.armed:
+            run(["systemctl", "stop", f"{self.unit}.timer"])
+            run(["systemctl", "reset-failed", f"{self.unit}.service", f"{self.unit}.timer"])
+            self.armed = False
+        return rc, err.strip()
+
+
+# --- what the node looks like, before and after -------------------------------------------
+
+
+def root_qdisc(iface: str) -> tuple[str, str]:
+    """(kind, handle) of IFACE's root qdisc, like ("fq_codel", "0:")."""
+    rc, out, _ = run(["tc", "qdisc", "show", "dev", iface, "root"])
+    if rc != 0:
+        return "", ""
+    for line in out.splitlines():
+        found = _ROOT_QDISC.match(line.strip())
+        if found:
+            return found.group(1), found.group(2)
+    return "", ""
+
+
+def bonds(root: str = "/proc/net/bonding") -> list[dict[str, Any]]:
+    """Every bond of the node: name, mode, active member, members with their MII status."""
+    found = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(root, name), encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        mode = re.search(r"^Bonding Mode: (.+)$", text, re.M)
+        active = re.search(r"^Currently Active Slave: (\S+)$", text, re.M)
+        miimon = re.search(r"^MII Polling Interval \(ms\): (\d+)$", text, re.M)
+        members = dict(re.findall(r"^Slave Interface: (\S+)\nMII Status: (\S+)$", text, re.M))
+        found.append({
+            "name": name,
+            "mode": mode.group(1) if mode else "",
+            "active": active.group(1) if active else "",
+            "miimon_ms": int(miimon.group(1)) if miimon else 0,
+            "members": members,
+        })  # fmt: skip
+    return found
+
+
+def default_iface() -> str:
+    rc, out, _ = run(["ip", "-o", "route", "show", "default"])
+    found = re.search(r" dev (\S+)", out) if rc == 0 else None
+    return found.group(1) if found else ""
+
+
+def snapshot(iface: str = "") -> dict[str, Any]:
+    """What an undo must leave as it was: the root qdisc, the bonds' members' link state."""
+    state: dict[str, Any] = {
+        "members_up": {b["name"]: sorted(m for m, s in b["members"].items() if s == "up")
+                       for b in bonds()},
+    }  # fmt: skip
+    if iface:
+        state["qdisc"] = list(root_qdisc(iface))
+    return state
+
+
+def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What is not as it was, one phrase each (empty: the node is as it was)."""
+    out = []
+    if before.get("qdisc") != after.get("qdisc"):
+        out.append(f"root qdisc {after.get('qdisc')} where it was {before.get('qdisc')}")
+    for bond, members in before.get("members_up", {}).items():
+        now = after.get("members_up", {}).get(bond, [])
+        if members != now:
+            out.append(f"bond {bond} members up {now} where they were {members}")
+    return out
+
+
+# --- the drills -----------------------------------------------------------------------------
+
+
+class Job:
+    """What a drill needs of the running job; the module fills it from its own view."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        user: str,
+        interval: int,
+        alive: Callable[[], bool],
+        workers: Callable[[], list[int]],
+        committed: Callable[[], int | None],
+        emergencies: Callable[[], int],
+    ) -> None:
+        self.run_dir = run_dir
+        self.log = os.path.join(run_dir, "train.log")
+        self.user = user
+        self.interval = interval
+        self.alive = alive
+        self.workers = workers
+        self.committed = committed
+        self.emergencies = emergencies
+
+
+def _result(fault: str, job: Job, **fields: Any) -> dict[str, Any]:
+    limit = STEPS_LOST_LIMIT[fault]
+    result: dict[str, Any] = {
+        "fault": fault, "detected_by": "", "detect_s": None, "checkpoint_s": None,
+        "steps_lost": None, "next_step_s": None, "step_at_fault": None,
+        "committed_at_fault": None, "resumed_from": None, "restored": True, "left": [],
+        "steps_lost_limit": job.interval if limit is None else limit, "problems": [],
+        "detail": "",
+    }  # fmt: skip
+    result.update(fields)
+    return result
+
+
+def _wait_step(
+    job: Job, timeline: Timeline, watch: LogWatch, after: float, timeout: float
+) -> tuple[int, float] | None:
+    """The first step the job makes at or after AFTER (its t=), waiting up to TIMEOUT."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        timeline.feed(watch.poll())
+        found = timeline.next_step_after(after)
+        if found is not None:
+            return found
+        time.sleep(0.05)
+    return None
+
+
+def _judge(result: dict[str, Any]) -> dict[str, Any]:
+    problems = result["problems"]
+    lost = result["steps_lost"]
+    if lost is None:
+        problems.append("the steps lost could not be measured")
+    elif lost > result["steps_lost_limit"]:
+        problems.append(f"{lost} step(s) lost, more than the limit {result['steps_lost_limit']}")
+    if result["next_step_s"] is None:
+        problems.append("the job made no step after the fault")
+    if not result["restored"]:
+        problems.append("the node is not as it was: " + "; ".join(result["left"]))
+    result["passed"] = not problems
+    return result
+
+
+def _settle(job: Job, watch: LogWatch, timeout: float) -> tuple[int, float]:
+    """Wait for the job to make a step now (it is training), then return (step, its t=)."""
+    timeline = Timeline(time.time())
+    found = _wait_step(job, timeline, watch, time.time() - 0.001, timeout)
+    if found is None or not job.alive():
+        raise DrillError(
+            f"the job in {job.run_dir} made no step for {timeout:g} s before the fault; a drill "
+            "needs a job that is training (see `nodeprep status`)."
+        )
+    return found
+
+
+def drill_kill(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
+    """SIGKILL one rank at a step; torchrun restarts the group, which resumes from the newest
+    committed checkpoint. Cost: the steps since that checkpoint."""
+    del drill_id, duration_s
+    watch = LogWatch(job.log)
+    _settle(job, watch, timeout_s)
+    pids = job.workers()
+    if not pids:
+        raise DrillError(f"no rank of the job in {job.run_dir} was found to kill.")
+    committed = job.committed()
+    victim = pids[0]
+    before = last_step(job.log)
+    fault_time = time.time()
+    os.kill(victim, 9)
+    timeline = Timeline(fault_time)
+    deadline = fault_time + timeout_s
+    while time.time() < deadline and timeline.resumed_from is None:
+        timeline.feed(watch.poll())
+        time.sleep(0.05)
+    step_at_fault = before[0] if before else None
+    result = _result("kill", job, step_at_fault=step_at_fault, committed_at_fault=committed,
+                     detail=f"SIGKILL to rank pid {victim}")  # fmt: skip
+    if timeline.torchrun_saw is not None:
+        result["detected_by"] = "torchrun"
+        result["detect_s"] = round(timeline.torchrun_saw - fault_time, 2)
+    if timeline.resumed_from is None:
+        result["problems"].append(f"the job did not resume within {timeout_s:g} s")
+        return _judge(result)
+    result["resumed_from"] = timeline.resumed_from
+    if step_at_fault is not None:
+        result["steps_lost"] = max(0, step_at_fault - timeline.resumed_from)
+    nxt = _wait_step(job, timeline, watch, fault_time, timeout_s)
+    if nxt is not None:
+        result["next_step_s"] = round(nxt[1] - fault_time, 2)
+    return _judge(result)
+
+
+def _steady(
+    fault: str, job: Job, inject: Callable[[], None], undo: Undo, duration_s: float,
+    timeout_s: float, iface: str, detail: str, watch_fault: Callable[[float], Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """A fault the job must ride out: no restart, no trip, no step lost."""
+    watch = LogWatch(job.log)
+    _settle(job, watch, timeout_s)
+    before_node = snapshot(iface)
+    before_step = last_step(job.log)
+    committed = job.committed()
+    trips = job.emergencies()
+    undo.arm()
+    fault_time = time.time()
+    detected: Any = None
+    try:
+        inject()
+        timeline = Timeline(fault_time)
+        end = fault_time + duration_s
+        while time.time() < end:
+            timeline.feed(watch.poll())
+            if watch_fault is not None and detected is None:
+                detected = watch_fault(fault_time)
+            time.sleep(0.02)
+    finally:
+        rc, err = undo.now()
+    undone_at = time.time()
+    result = _result(fault, job, step_at_fault=before_step[0] if before_step else None,
+                     committed_at_fault=committed, detail=detail)  # fmt: skip
+    if rc != 0:
+        result["problems"].append(f"the undo failed: {err}")
+    if detected is not None:
+        result["detected_by"], result["detect_s"] = detected
+    nxt = _wait_step(job, timeline, watch, fault_time, timeout_s)
+    if nxt is not None:
+        result["next_step_s"] = round(nxt[1] - fault_time, 2)
+    timeline.feed(watch.poll())
+    if timeline.restarts:
+        result["resumed_from"] = timeline.resumed_from
+        if before_step is not None and timeline.resumed_from is not None:
+            result["steps_lost"] = max(0, before_step[0] - timeline.resumed_from)
+        result["problems"].append("the job restarted during the fault")
+    else:
+        result["steps_lost"] = 0
+    if job.emergencies() > trips:
+        result["problems"].append("the heartbeat tripped (an emergency checkpoint was taken)")
+    if not job.alive():
+        result["problems"].append("the job is no longer running")
+    settle_until = undone_at + 30
+    left = differences(before_node, snapshot(iface))
+    while left and time.time() < settle_until:  # a member that was brought up needs its MII
+        time.sleep(0.2)
+        left = differences(before_node, snapshot(iface))
+    result["restored"], result["left"] = not left, left
+    return _judge(result)
+
+
+def netem_iface() -> str:
+    """Where netem goes: the node's bond (the training network), else the default route's."""
+    found = bonds()
+    return found[0]["name"] if found else default_iface()
+
+
+def drill_netem(
+    job: Job, drill_id: str, duration_s: float, timeout_s: float, delay_ms: int, loss_pct: float
+) -> dict[str, Any]:
+    """Delay and loss on the training network for DURATION_S: slower steps, no failure."""
+    iface = netem_iface()
+    if not iface:
+        raise DrillError("the node has neither a bond nor a default route to slow down.")
+    kind, handle = root_qdisc(iface)
+    if handle not in ("", "0:"):
+        raise DrillError(
+            f"{iface} has a configured root qdisc ({kind} {handle}); the netem drill would "
+            "replace it, so it refuses: drill a node whose root qdisc is the kernel's default."
+        )
+    quoted = shlex.quote(iface)
+    undo = Undo(
+        drill_id,
+        f"tc qdisc show dev {quoted} root | grep -q '^qdisc netem' && "
+        f"tc qdisc del dev {quoted} root; exit 0",
+        duration_s + 5,
+    )
+
+    def inject() -> None:
+        rc, _out, err = run(["tc", "qdisc", "add", "dev", iface, "root", "netem", "delay",
+                             f"{delay_ms}ms", "loss", f"{loss_pct:g}%"])  # fmt: skip
+        if rc != 0:
+            raise DrillError(f"tc could not add netem on {iface}: {err.strip()}")
+
+    detail = f"netem delay {delay_ms} ms loss {loss_pct:g}% on {iface} for {duration_s:g} s"
+    return _steady("netem", job, inject, undo, duration_s, timeout_s, iface, detail)
+
+
+def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
+    """The bond's active member down for DURATION_S: the bond fails over, training goes on."""
+    usable = [b for b in bonds() if b["active"] and list(b["members"].values()).count("up") >= 2]
+    if not usable:
+        raise DrillError(
+            "the node has no bond with two members up (apply the nic_bond role with two NICs); "
+            "the link drill would cut it off instead of failing over."
+        )
+    bond = usable[0]
+    member = bond["active"]
+    undo = Undo(drill_id, f"ip link set dev {shlex.quote(member)} up", duration_s + 5)
+
+    def inject() -> None:
+        rc, _out, err = run(["ip", "link", "set", "dev", member, "down"])
+        if rc != 0:
+            raise DrillError(f"ip could not take {member} down: {err.strip()}")
+
+    def failed_over(fault_time: float) -> tuple[str, float] | None:
+        for found in bonds():
+            if found["name"] == bond["name"] and found["active"] not in ("", member):
+                return "bond", round(time.time() - fault_time, 3)
+        return None
+
+    detail = (f"{member} (active member of {bond['name']}, miimon {bond['miimon_ms']} ms) down "
+              f"for {duration_s:g} s")  # fmt: skip
+    result = _steady("link", job, inject, undo, duration_s, timeout_s, "", detail, failed_over)
+    if result["detected_by"] != "bond":
+        result["problems"].append(f"bond {bond['name']} did not fail over from {member}")
+        result["passed"] = False
+    return result
+
+
+def _sessions(user: str) -> list[tuple[str, str]]:
+    """(session id, leader pid) of USER's logind sessions."""
+    rc, out, _ = run(["loginctl", "list-sessions", "--no-legend"])
+    found = []
+    for line in out.splitlines() if rc == 0 else []:
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == user:
+            _rc, leader, _ = run(["loginctl", "show-session", fields[0], "-p", "Leader",
+                                  "--value"])  # fmt: skip
+            found.append((fields[0], leader.strip()))
+    return found
+
+
+def _own_session() -> str:
+    try:
+        with open("/proc/self/sessionid", encoding="utf-8") as handle:
+            audit = handle.read().strip()
+    except OSError:
+        audit = ""
+    rc, out, _ = run(["loginctl", "show-session", "self", "-p", "Id", "--value"])
+    return out.strip() if rc == 0 and out.strip() else audit
+
+
+def drill_ssh_drop(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
+    """End every login session of the job's user (SSH, console), except the drill's own."""
+    own = _own_session()
+    ended: list[str] = []
+
+    def inject() -> None:
+        for session, _leader in _sessions(job.user):
+            if session != own:
+                run(["loginctl", "terminate-session", session])
+                ended.append(session)
+
+    undo = Undo(drill_id, "exit 0", duration_s + 5)  # nothing to put back: a login ends
+    result = _steady("ssh-drop", job, inject, undo, duration_s, timeout_s, "",
+                     f"login sessions of {job.user} ended")  # fmt: skip
+    which = ", ".join(ended) or "none was open but the drill's own"
+    result["detail"] = f"{len(ended)} login session(s) of {job.user} ended ({which}); the " + (
+        "drill's own session kept"
+    )
+    return result

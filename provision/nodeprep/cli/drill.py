@@ -1,0 +1,240 @@
+"""``nodeprep drill``: chaos drills on one node against a running job, and what each cost.
+
+Each fault is one run of the job role's ``drill`` action on the chosen node: the node arms
+the fault's undo as a systemd timer, injects the fault, watches the job's log while it
+lasts, undoes it and reports the figures (see plugins/module_utils/drill.py). Without
+``--name`` the drill starts a paced reference-trainer job on every node of the inventory
+first (as ``nodeprep run`` does) and stops it afterwards.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from nodeprep import drill, report, runner
+from nodeprep.cli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, BadInput
+from nodeprep.cli.job import check_job_name, job_request
+from nodeprep.cli.options import (
+    ask_passwords,
+    connection_options,
+    extra_vars_option,
+    fast_option,
+    forks_option,
+    load_inventory,
+    merge_extra_vars,
+    verbose_option,
+)
+from nodeprep.cli.progress import write_json
+
+# The job a drill starts itself: the reference trainer paced so that it outlives every fault,
+# a checkpoint every 10 steps so that a kill costs at most 10.
+OWN_JOB_VARS: dict[str, Any] = {
+    "job_trainer_checkpoint_every": 10,
+    "job_trainer_extra_args": ["--min-step-s", "0.5"],
+    "job_start_at_boot": False,
+}
+COLUMNS = ("fault", "node", "result", "detected by", "detect s", "steps lost", "next step s",
+           "node as it was")  # fmt: skip
+
+
+def _why(result: runner.RunResult) -> str:
+    return "; ".join(f"{f.host}: {f.message}" for f in result.failures) or "no reason given"
+
+
+def _code(result: runner.RunResult) -> int:
+    if result.unreachable_hosts:
+        return EXIT_UNREACHABLE
+    if any(f.refused for f in result.failures):
+        return EXIT_BAD_INPUT
+    return EXIT_FAILED
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _row(found: dict[str, Any]) -> tuple[str, ...]:
+    limit = found.get("steps_lost_limit")
+    lost = found.get("steps_lost")
+    return (
+        str(found.get("fault")), str(found.get("host")),
+        "pass" if found.get("passed") else "FAIL", _fmt(found.get("detected_by")),
+        _fmt(found.get("detect_s")), f"{_fmt(lost)} (limit {limit})",
+        _fmt(found.get("next_step_s")), "yes" if found.get("restored") else "NO",
+    )  # fmt: skip
+
+
+def _check(found: dict[str, Any]) -> report.CheckResult:
+    detail = str(found.get("detail") or "")
+    problems = found.get("problems") or []
+    if problems:
+        detail = f"{'; '.join(problems)} ({detail})"
+    return report.CheckResult(
+        str(found.get("host")), f"drill.{found.get('fault')}",
+        "pass" if found.get("passed") else "fail", detail, float(found.get("seconds") or 0),
+    )  # fmt: skip
+
+
+@click.command("drill")
+@click.argument("inventory", type=click.Path(path_type=Path))
+@click.option("--name", metavar="NAME", help="The running job to drill (default: start one).")
+@click.option("--faults", required=True, metavar="F[,F...]",
+              help=f"Faults, in turn: {', '.join(drill.BUILT)}.")  # fmt: skip
+@click.option("-l", "--limit", metavar="HOST",
+              help="The node that takes the faults (default: the inventory's first).")  # fmt: skip
+@click.option("--duration", "duration_s", type=click.IntRange(1, 3600), default=20,
+              show_default=True,
+              help="Seconds each link, netem or ssh-drop fault lasts.")  # fmt: skip
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report as JSON here.")  # fmt: skip
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report as JUnit XML here.")  # fmt: skip
+@click.option("--yes", is_flag=True,
+              help="Allow faults that can cut a node off (link, netem) outside "
+              "the lab.")  # fmt: skip
+@forks_option
+@extra_vars_option
+@verbose_option
+@fast_option
+@connection_options
+def drill_cmd(
+    inventory: Path, name: str | None, faults: str, limit: str | None, duration_s: int,
+    json_path: Path | None, junit_path: Path | None, yes: bool, forks: int | None,
+    extra_vars: tuple[dict[str, Any], ...], verbosity: int, fast: bool,
+    connection: runner.Connection,
+) -> None:  # fmt: skip
+    """Inject faults, one at a time, on one node of INVENTORY against a running job, and
+    report what each cost: who detected it and when, steps lost, time to the next step,
+    and whether the node is as it was after the fault's undo.
+
+    Every fault's undo is armed on the node before the fault (a systemd timer), so it runs
+    even if this command or its connection is lost. Exit codes: 0 every drill met its
+    limits, 1 a drill failed them, 2 bad input or a fault that cannot apply on the node
+    (named with the reason; nothing changed), 3 a node was unreachable.
+
+    \b
+    Examples:
+      nodeprep drill inventory.ini --faults kill,netem
+      nodeprep drill inventory.ini --name pretrain --faults link -l gpu02 --yes
+      nodeprep drill inventory.ini --faults kill --junit drill.xml --json drill.json
+    """
+    try:
+        chosen = drill.parse_faults(faults)
+    except drill.DrillError as exc:
+        raise BadInput(str(exc)) from exc
+    if name is not None:
+        check_job_name(name)
+    variables = merge_extra_vars(extra_vars)
+    whole = load_inventory(
+        job_request(inventory, None, forks, variables, verbosity, fast, connection)
+    )
+    if not whole.hosts:
+        raise BadInput(f"inventory {inventory} has no host; a drill needs the job's nodes.")
+    target = whole.hosts[0]
+    if limit is not None:
+        picked = load_inventory(
+            job_request(inventory, limit, forks, variables, verbosity, fast, connection)
+        ).selected
+        if not picked:
+            raise BadInput(f"-l {limit!r} matches no host of {inventory}; name the node that "
+                           "takes the faults.")  # fmt: skip
+        target = picked[0]
+    risky = [f for f in chosen if f in drill.CUTS_OFF]
+    if risky and not yes and target not in whole.lab:
+        raise BadInput(
+            f"--faults {','.join(risky)} can cut {target} off its network; add --yes to drill "
+            "it on a node outside the lab."
+        )
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    code = _drill(inventory, name, chosen, target, duration_s, json_path, junit_path,
+                  variables, forks, verbosity, fast, connection, console,
+                  list(whole.hosts))  # fmt: skip
+    raise SystemExit(code)
+
+
+def _drill(
+    inventory: Path, name: str | None, chosen: list[str], target: str, duration_s: int,
+    json_path: Path | None, junit_path: Path | None, variables: dict[str, Any],
+    forks: int | None, verbosity: int, fast: bool, connection: runner.Connection,
+    console: Console, hosts: list[str],
+) -> int:  # fmt: skip
+    def request(limit: str | None, more: dict[str, Any]) -> runner.RunRequest:
+        return job_request(inventory, limit, forks, {**variables, **more}, verbosity, fast,
+                        connection)  # fmt: skip
+
+    asked = ask_passwords(request(None, {}))
+    connection = asked.connection
+    own = name is None
+    job_name = name or f"drill-{time.strftime('%Y%m%d-%H%M%S')}"
+    started = time.monotonic()
+    console.print(f"nodeprep drill: faults {', '.join(chosen)} on {target}, job {job_name} on "
+                  f"{len(hosts)} node(s): {', '.join(hosts)}", markup=False)  # fmt: skip
+    if own:
+        console.print(f"  starting job {job_name} (reference trainer, paced)", markup=False)
+        result = runner.run(request(None, {**OWN_JOB_VARS, "job_name": job_name,
+                                           "nodeprep_job_action": "run"}))  # fmt: skip
+        if result.exit_code != EXIT_OK:
+            console.print(f"nodeprep drill: job {job_name} did not start: {_why(result)}",
+                          markup=False)  # fmt: skip
+            return _code(result)
+    found: list[dict[str, Any]] = []
+    code = EXIT_OK
+    try:
+        for index, fault in enumerate(chosen, start=1):
+            console.print(f"  [{index}/{len(chosen)}] {fault} on {target} ...", markup=False)
+            began = time.monotonic()
+            result = runner.run(request(target, {
+                "job_name": job_name, "nodeprep_job_action": "drill", "job_drill_fault": fault,
+                "job_drill_id": f"{job_name}-{index}-{fault}", "job_drill_duration_s": duration_s,
+            }))  # fmt: skip
+            drills = [{**j["drill"], "host": j["host"]} for j in result.jobs if "drill" in j]
+            if result.exit_code != EXIT_OK or not drills:
+                console.print(f"nodeprep drill: {fault} on {target}: {_why(result)}",
+                              markup=False)  # fmt: skip
+                code = _code(result) if result.failures else EXIT_FAILED
+                break
+            drills[0]["seconds"] = round(time.monotonic() - began, 1)
+            found.append(drills[0])
+            _say(console, drills[0])
+    finally:
+        if own:
+            stopped = runner.run(request(None, {"job_name": job_name,
+                                                "nodeprep_job_action": "stop"}))  # fmt: skip
+            if stopped.exit_code != EXIT_OK:
+                console.print(f"nodeprep drill: job {job_name} did not stop: {_why(stopped)}",
+                              markup=False)  # fmt: skip
+    built = report.Report(results=[_check(f) for f in found])
+    built.seconds = time.monotonic() - started
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in COLUMNS:
+        table.add_column(column, no_wrap=True)
+    for row in found:
+        table.add_row(*_row(row))
+    console.print(table)
+    if json_path is not None:
+        write_json(json_path, {"job": job_name, "node": target, "exit_code": code or
+                               built.exit_code, "drills": found})  # fmt: skip
+    if junit_path is not None:
+        junit_path.parent.mkdir(parents=True, exist_ok=True)
+        junit_path.write_text(report.to_junit(built, "nodeprep drill"))
+    if code == EXIT_OK:
+        code = built.exit_code
+    failed = [f["fault"] for f in found if not f.get("passed")]
+    verdict = f"FAILED ({', '.join(failed)})" if failed else "PASSED" if found else "NOT RUN"
+    console.print(f"nodeprep drill: {verdict}: {len(found)} of {len(chosen)} drill(s) ran in "
+                  f"{built.seconds:.0f} s", markup=False)  # fmt: skip
+    return code
+
+
+def _say(console: Console, found: dict[str, Any]) -> None:
+    problems = "; ".join(found.get("problems") or [])
+    verdict = "passed" if found.get("passed") else f"FAILED: {problems}"
+    console.print(f"      {found.get('detail')}: {verdict}", markup=False)

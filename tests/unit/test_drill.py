@@ -1,0 +1,211 @@
+"""`nodeprep drill`: bad input is one sentence, exit 2, no playbook, no ssh; a node's
+refusal is exit 2; the report's exit code follows the drills; and the node-side pieces that
+need no node (fault names, the log timeline, the bond reader, the before/after compare)."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from nodeprep import drill, job, runner
+from nodeprep.cli import cli
+
+LAB = "[lab]\nnode1 ansible_host=127.0.0.1 ansible_port=2222 nodeprep_lab_bond_nics=ens4,ens5\n"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--faults", ""], "--faults '' names no fault"),
+        (["--faults", "kill,,netem"], "names no fault (or has an empty item)"),
+        (["--faults", "explode"], "unknown fault 'explode'"),
+        (["--faults", "reboot"], "the 'reboot' drill is not in this release"),
+        (["--faults", "kill", "--name", "a b"], "--name 'a b' is not a job name"),
+        (["--faults", "kill", "-l", "nosuch"], "nosuch"),
+        (["--faults", "kill", "--duration", "0"], "--duration"),
+        (["--faults", "link"], "can cut gpu01 off its network; add --yes"),
+        (["--faults", "kill,netem", "-l", "gpu02"], "--faults netem can cut gpu02 off"),
+        (["--faults", "kill", "-e", "job_drill_duration_s=long"], "job_drill_duration_s"),
+        ([], "--faults"),
+    ],
+)
+def test_bad_input_is_refused_before_any_node(
+    runs: list[runner.RunRequest], ssh_calls: Path, fleet: Path, args: list[str], expected: str
+) -> None:
+    code, out = invoke("drill", str(fleet), *args)
+    assert code == 2, out
+    assert expected in out, out
+    assert "Traceback" not in out
+    assert len(out.strip().splitlines()) <= 3, out
+    assert runs == []
+    assert not ssh_calls.exists()
+
+
+def _result(jobs: list[dict[str, Any]], failures: list[runner.TaskFailure]) -> runner.RunResult:
+    return runner.RunResult(
+        status="failed" if failures else "successful", rc=2 if failures else 0,
+        recap={}, failures=failures, jobs=jobs,
+    )  # fmt: skip
+
+
+def _found(fault: str, passed: bool, **more: Any) -> dict[str, Any]:
+    return {
+        "fault": fault, "passed": passed, "detected_by": "torchrun", "detect_s": 1.2,
+        "steps_lost": 3, "steps_lost_limit": 10, "next_step_s": 9.5, "restored": True,
+        "problems": [] if passed else ["4 step(s) lost, more than the limit 0"],
+        "detail": f"{fault} detail", **more,
+    }  # fmt: skip
+
+
+def test_named_job_drills_on_the_chosen_node_and_reports(
+    monkeypatch: pytest.MonkeyPatch, fleet: Path, tmp_path: Path
+) -> None:
+    seen: list[runner.RunRequest] = []
+    answers = [_found("kill", True), _found("netem", False)]
+
+    def fake(request: runner.RunRequest, on_progress: object = None) -> runner.RunResult:
+        seen.append(request)
+        return _result([{"host": "gpu02", "drill": answers[len(seen) - 1]}], [])
+
+    monkeypatch.setattr(runner, "run", fake)
+    out_json, out_xml = tmp_path / "d.json", tmp_path / "d.xml"
+    code, out = invoke("drill", str(fleet), "--name", "pretrain", "--faults", "kill,netem",
+                       "-l", "gpu02", "--yes", "--json", str(out_json), "--junit", str(out_xml),
+                       "--duration", "7")  # fmt: skip
+    assert code == 1, out
+    assert [r.limit for r in seen] == ["gpu02", "gpu02"]  # the named job: no start, no stop
+    given = seen[1].extra_vars
+    assert given["nodeprep_job_action"] == "drill"
+    assert given["job_drill_fault"] == "netem"
+    assert given["job_drill_duration_s"] == 7
+    assert given["job_drill_id"] == "pretrain-2-netem"
+    assert "FAILED (netem): 2 of 2 drill(s) ran" in out, out
+    assert "4 step(s) lost, more than the limit 0" in out
+    report = json.loads(out_json.read_text())
+    assert [d["fault"] for d in report["drills"]] == ["kill", "netem"]
+    assert report["exit_code"] == 1
+    cases = ET.parse(out_xml).getroot().findall(".//testcase")
+    assert [c.get("name") for c in cases] == ["drill.kill", "drill.netem"]
+    assert cases[1].find("failure") is not None
+
+
+def test_own_job_is_started_then_stopped_and_a_refusal_is_exit_2(
+    monkeypatch: pytest.MonkeyPatch, fleet: Path
+) -> None:
+    seen: list[runner.RunRequest] = []
+    said = "gpu01: the node has no bond with two members up; the link drill would cut it off."
+    refused = runner.TaskFailure("gpu01", "Drill", "job", said, refused=True)
+
+    def fake(request: runner.RunRequest, on_progress: object = None) -> runner.RunResult:
+        seen.append(request)
+        if request.extra_vars["nodeprep_job_action"] == "drill":
+            return _result([], [refused])
+        return _result([], [])
+
+    monkeypatch.setattr(runner, "run", fake)
+    code, out = invoke("drill", str(fleet), "--faults", "link,kill", "--yes")
+    assert code == 2, out
+    actions = [r.extra_vars["nodeprep_job_action"] for r in seen]
+    assert actions == ["run", "drill", "stop"]  # the second fault never ran
+    assert seen[0].limit is None
+    assert seen[1].limit == "gpu01"
+    assert seen[0].extra_vars["job_trainer_extra_args"] == ["--min-step-s", "0.5"]
+    assert seen[0].extra_vars["job_name"] == seen[2].extra_vars["job_name"]
+    assert "no bond with two members up" in out
+
+
+def test_the_lab_needs_no_yes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lab = tmp_path / "lab.ini"
+    lab.write_text(LAB)
+    calls: list[str] = []
+
+    def fake(request: runner.RunRequest, on_progress: object = None) -> runner.RunResult:
+        calls.append(request.extra_vars["nodeprep_job_action"])
+        return _result([{"host": "node1", "drill": _found("link", True)}], [])
+
+    monkeypatch.setattr(runner, "run", fake)
+    code, out = invoke("drill", str(lab), "--name", "j", "--faults", "link")
+    assert code == 0, out
+    assert calls == ["drill"]
+    assert "PASSED: 1 of 1 drill(s)" in out
+
+
+def test_fault_names() -> None:
+    assert drill.parse_faults(" kill , netem,kill") == ["kill", "netem", "kill"]
+    assert set(drill.BUILT) <= set(drill.FAULTS)
+    assert set(drill.WHY_NOT_BUILT) == set(drill.FAULTS) - set(drill.BUILT)
+    assert set(drill.STEPS_LOST_LIMIT) == set(drill.FAULTS)
+    assert drill.checkpoint_every(["-m", "x", "--checkpoint-every", "20"]) == 20
+    assert drill.checkpoint_every(["--checkpoint-every=7"]) == 7
+    assert drill.checkpoint_every(["train.py"]) == 50
+
+
+def test_the_timeline_reads_torchrun_the_resume_and_the_next_step(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("step 40 loss=0.1 t=100.0\n")
+    watch = drill.LogWatch(str(log))
+    with open(log, "a") as handle:
+        handle.write("step 41 loss=0.1 t=101.0\n")
+        handle.write("[W] worker 1 failed (exitcode: -9) local_rank: 0\n")
+        handle.write("start step=30 resumed=True\nstep 31 loss=0.1 t=109.5\nstep 3")
+    timeline = drill.Timeline(fault_time=101.5)
+    timeline.feed(watch.poll())
+    assert timeline.torchrun_saw is not None
+    assert (timeline.resumed_from, timeline.restarts) == (30, 1)
+    assert timeline.steps == [(31, 109.5)]  # step 41 came before the fault
+    assert watch.partial == "step 3"  # a line still being written waits for its end
+    assert drill.last_step(str(log)) == (31, 109.5)
+
+
+def test_before_and_after(tmp_path: Path) -> None:
+    before = {"qdisc": ["fq_codel", "0:"], "members_up": {"bond0": ["ens4", "ens5"]}}
+    assert drill.differences(before, before) == []
+    after = {"qdisc": ["netem", "8001:"], "members_up": {"bond0": ["ens5"]}}
+    left = drill.differences(before, after)
+    assert len(left) == 2
+    assert "root qdisc ['netem', '8001:']" in left[0]
+    assert "bond bond0 members up ['ens5']" in left[1]
+
+
+BOND = """Ethernet Channel Bonding Driver: v6.1.0
+
+Bonding Mode: fault-tolerance (active-backup)
+Primary Slave: None
+Currently Active Slave: ens4
+MII Status: up
+MII Polling Interval (ms): 100
+
+Slave Interface: ens4
+MII Status: up
+Speed: Unknown
+
+Slave Interface: ens5
+MII Status: down
+Speed: Unknown
+"""
+
+
+def test_bonds_are_read_from_proc(tmp_path: Path) -> None:
+    (tmp_path / "bond0").write_text(BOND)
+    (found,) = drill.bonds(str(tmp_path))
+    assert found["name"] == "bond0"
+    assert found["active"] == "ens4"
+    assert found["miimon_ms"] == 100
+    assert found["members"] == {"ens4": "up", "ens5": "down"}
+    assert drill.bonds(str(tmp_path / "none")) == []
+
+
+def test_children_are_found_by_parent_pid() -> None:
+    assert os.getpid() in job.children(os.getppid())
+    assert os.getpid() in job.descendants(os.getppid())
