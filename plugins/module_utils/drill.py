@@ -17,7 +17,9 @@ the controller imports it too (``nodeprep.drill``) for the fault names and limit
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import re
 import shlex
 import subprocess
@@ -44,8 +46,10 @@ WHY_NOT_BUILT = {
 }
 
 UNDO_PREFIX = "nodeprep-drill-undo-"
+# A drill in progress on the node: its pid, fault and undo unit (removed by either undo).
+RECORD_DIR = "/run/nodeprep/drills"
 _STEP = re.compile(r"^step (\d+) loss=\S+ t=([0-9.]+)")
-_START = re.compile(r"^start step=(\d+) ")
+_START = re.compile(r"^start step=(\d+) ")  # then resumed=True|False
 _TORCHRUN_SAW = re.compile(r"failed \(exitcode: |Restarting worker group")
 _ROOT_QDISC = re.compile(r"^qdisc (\S+) ([0-9a-f]+:) root")
 
@@ -145,6 +149,8 @@ class Timeline:
         self.resumed_from: int | None = None
         self.resumed_at: float | None = None
         self.steps: list[tuple[int, float]] = []  # (step, its t=) after the fault
+        self.after_resume: list[tuple[int, float]] = []  # steps printed after a start line
+        self.resumed = False  # the start line said resumed=True (from a checkpoint)
         self.restarts = 0
 
     def feed(self, lines: list[tuple[float, str]]) -> None:
@@ -154,10 +160,14 @@ class Timeline:
                 when = float(step.group(2))
                 if when >= self.fault_time:
                     self.steps.append((int(step.group(1)), when))
+                if self.resumed_from is not None:
+                    self.after_resume.append((int(step.group(1)), when))
                 continue
             start = _START.match(line)
             if start:
                 self.resumed_from, self.resumed_at = int(start.group(1)), seen
+                self.resumed = "resumed=True" in line
+                self.after_resume = []
                 self.restarts += 1
                 continue
             if _TORCHRUN_SAW.search(line) and self.torchrun_saw is None:
@@ -179,12 +189,18 @@ def run(argv: list[str], timeout: float = 30) -> tuple[int, str, str]:
 
 
 class Undo:
-    """An undo armed on the node before the fault, run by a timer if nobody else runs it."""
+    """An undo armed on the node before the fault, run by a timer if nobody else runs it.
 
-    def __init__(self, drill_id: str, script: str, after_s: float) -> None:
+    While it is armed, RECORD_DIR/ID.json names the drill's process, fault and unit, so
+    that an operator (or a test) can see what runs and what will put it back.
+    """
+
+    def __init__(self, drill_id: str, script: str, after_s: float, fault: str = "") -> None:
         self.unit = UNDO_PREFIX + drill_id
-        self.script = script
+        self.record = os.path.join(RECORD_DIR, drill_id + ".json")
+        self.script = f"{script}; rc=$?; rm -f {shlex.quote(self.record)}; exit $rc"
         self.after_s = after_s
+        self.fault = fault
         self.armed = False
 
     def arm(self) -> None:
@@ -193,6 +209,8 @@ class Undo:
                 "the node does not run systemd, so a fault's undo cannot be armed to outlive "
                 "the drill; drills need systemd on the node."
             )
+        # A unit of this name that failed earlier would make systemd-run refuse the name.
+        run(["systemctl", "reset-failed", f"{self.unit}.service", f"{self.unit}.timer"])
         rc, _out, err = run([
             "systemd-run", f"--unit={self.unit}", f"--on-active={max(1, round(self.after_s))}",
             "--timer-property=AccuracySec=100ms", "--description=nodeprep drill undo",
@@ -201,14 +219,24 @@ class Undo:
         if rc != 0:
             raise DrillError(f"cannot arm the fault's undo with systemd-run: {err.strip()}")
         self.armed = True
+        os.makedirs(RECORD_DIR, mode=0o755, exist_ok=True)
+        with open(self.record, "w", encoding="utf-8") as handle:
+            record = {"pid": os.getpid(), "fault": self.fault, "unit": self.unit,
+                      "undo": self.script, "armed_at": time.time(),
+                      "fires_after_s": self.after_s}  # fmt: skip
+            handle.write(json.dumps(record) + "\n")
 
     def now(self) -> tuple[int, str]:
-        """Run the undo here, then remove its timer; (rc, stderr) of the undo."""
-        rc, _out, err = run(["/bin/sh", "-c", self.script])
+        """Remove the timer, then run the undo here; (rc, stderr) of the undo.
+
+        The timer goes first so that its copy of the undo cannot run beside this one; one
+        already running is waited for (systemctl stop waits for the service).
+        """
         if self.armed:
-            run(["systemctl", "stop", f"{self.unit}.timer"])
+            run(["systemctl", "stop", f"{self.unit}.timer", f"{self.unit}.service"])
             run(["systemctl", "reset-failed", f"{self.unit}.service", f"{self.unit}.timer"])
             self.armed = False
+        rc, _out, err = run(["/bin/sh", "-c", self.script])
         return rc, err.strip()
 
 
@@ -298,6 +326,7 @@ class Job:
         workers: Callable[[], list[int]],
         committed: Callable[[], int | None],
         emergencies: Callable[[], int],
+        sessions: Callable[[], set[str]] = set,
     ) -> None:
         self.run_dir = run_dir
         self.log = os.path.join(run_dir, "train.log")
@@ -307,6 +336,7 @@ class Job:
         self.workers = workers
         self.committed = committed
         self.emergencies = emergencies
+        self.sessions = sessions
 
 
 def _result(fault: str, job: Job, **fields: Any) -> dict[str, Any]:
@@ -369,11 +399,26 @@ def drill_kill(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
     del drill_id, duration_s
     watch = LogWatch(job.log)
     _settle(job, watch, timeout_s)
+    # A kill before the first checkpoint would cost the whole run and prove no resume: wait
+    # for a committed checkpoint, then for a step past it, then a random moment more.
+    deadline = time.time() + timeout_s
+    while True:
+        committed = job.committed()
+        now = last_step(job.log)
+        if committed is not None and now is not None and now[0] > committed:
+            break
+        if time.time() > deadline:
+            raise DrillError(
+                f"the job in {job.run_dir} committed no checkpoint within {timeout_s:g} s; the "
+                "kill drill needs one to resume from (see --checkpoint-every)."
+            )
+        time.sleep(0.2)
+    time.sleep(random.uniform(0.0, 2.0))
     pids = job.workers()
     if not pids:
         raise DrillError(f"no rank of the job in {job.run_dir} was found to kill.")
     committed = job.committed()
-    victim = pids[0]
+    victim = random.choice(pids)
     before = last_step(job.log)
     fault_time = time.time()
     os.kill(victim, 9)
@@ -392,11 +437,21 @@ def drill_kill(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
         result["problems"].append(f"the job did not resume within {timeout_s:g} s")
         return _judge(result)
     result["resumed_from"] = timeline.resumed_from
+    if not timeline.resumed:
+        result["problems"].append("the job started again from scratch, not from a checkpoint")
+    elif committed is not None and timeline.resumed_from < committed:
+        result["problems"].append(
+            f"the job resumed from step {timeline.resumed_from}, older than the newest "
+            f"committed checkpoint ({committed})"
+        )
     if step_at_fault is not None:
         result["steps_lost"] = max(0, step_at_fault - timeline.resumed_from)
-    nxt = _wait_step(job, timeline, watch, fault_time, timeout_s)
-    if nxt is not None:
-        result["next_step_s"] = round(nxt[1] - fault_time, 2)
+    end = time.time() + timeout_s
+    while time.time() < end and not timeline.after_resume:  # a step of the restarted group
+        timeline.feed(watch.poll())
+        time.sleep(0.05)
+    if timeline.after_resume:
+        result["next_step_s"] = round(timeline.after_resume[0][1] - fault_time, 2)
     return _judge(result)
 
 
@@ -478,9 +533,10 @@ def drill_netem(
     quoted = shlex.quote(iface)
     undo = Undo(
         drill_id,
-        f"tc qdisc show dev {quoted} root | grep -q '^qdisc netem' && "
-        f"tc qdisc del dev {quoted} root; exit 0",
+        f"if tc qdisc show dev {quoted} root | grep -q '^qdisc netem'; then "
+        f"tc qdisc del dev {quoted} root; fi",
         duration_s + 5,
+        "netem",
     )
 
     def inject() -> None:
@@ -503,7 +559,7 @@ def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
         )
     bond = usable[0]
     member = bond["active"]
-    undo = Undo(drill_id, f"ip link set dev {shlex.quote(member)} up", duration_s + 5)
+    undo = Undo(drill_id, f"ip link set dev {shlex.quote(member)} up", duration_s + 5, "link")
 
     def inject() -> None:
         rc, _out, err = run(["ip", "link", "set", "dev", member, "down"])
@@ -538,6 +594,17 @@ def _sessions(user: str) -> list[tuple[str, str]]:
     return found
 
 
+def session_of(pid: int) -> str:
+    """The logind session whose scope holds PID ("" when it is in none, like a service)."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return ""
+    found = re.search(r"/session-([^/.]+)\.scope", text)
+    return found.group(1) if found else ""
+
+
 def _own_session() -> str:
     try:
         with open("/proc/self/sessionid", encoding="utf-8") as handle:
@@ -545,25 +612,44 @@ def _own_session() -> str:
     except OSError:
         audit = ""
     rc, out, _ = run(["loginctl", "show-session", "self", "-p", "Id", "--value"])
-    return out.strip() if rc == 0 and out.strip() else audit
+    if rc == 0 and out.strip():
+        return out.strip()
+    return audit if audit and audit != "4294967295" else ""  # (uint32)-1: no audit session
 
 
 def drill_ssh_drop(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
     """End every login session of the job's user (SSH, console), except the drill's own."""
     own = _own_session()
+    if not own:
+        raise DrillError(
+            "the drill's own login session cannot be found (no logind session), so ending "
+            "the user's sessions could end the drill itself; drills need systemd-logind."
+        )
+    holding = job.sessions()  # a session whose scope holds the job would take the job along
     ended: list[str] = []
 
     def inject() -> None:
         for session, _leader in _sessions(job.user):
-            if session != own:
+            if session != own and session not in holding:
                 run(["loginctl", "terminate-session", session])
                 ended.append(session)
 
-    undo = Undo(drill_id, "exit 0", duration_s + 5)  # nothing to put back: a login ends
+    undo = Undo(drill_id, "true", duration_s + 5, "ssh-drop")  # nothing to put back: a login ends
     result = _steady("ssh-drop", job, inject, undo, duration_s, timeout_s, "",
                      f"login sessions of {job.user} ended")  # fmt: skip
     which = ", ".join(ended) or "none was open but the drill's own"
     result["detail"] = f"{len(ended)} login session(s) of {job.user} ended ({which}); the " + (
         "drill's own session kept"
     )
+    if holding:
+        result["detail"] += (
+            f"; session(s) {', '.join(sorted(holding))} kept: the job runs inside them, so a "
+            "logout would end it (start it with the boot unit, as `nodeprep run` does)"
+        )
+    if not ended:
+        result["problems"].append(
+            f"no login session of {job.user} but the drill's own was open, so nothing was "
+            "dropped; log in as that user (as whoever started the job) and drill again"
+        )
+        result["passed"] = False
     return result

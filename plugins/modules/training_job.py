@@ -653,14 +653,28 @@ def _drill_job(node: Node) -> dr.Job:
         return job.children(agents[-1]) if agents else []
 
     def committed() -> int | None:
-        newest = newest_checkpoint(node.run_dir, time.time())
-        return int(newest["step"]) if newest else None
+        # Names only: verifying a checkpoint would read it while the job trains.
+        try:
+            names = os.listdir(os.path.join(node.run_dir, "checkpoints"))
+        except OSError:
+            return None
+        steps = [parsed[0] for parsed in map(parse_name, names) if parsed]
+        return max(steps) if steps else None
 
     def emergencies() -> int:
-        return len(job.log_tail(node.path("emergency.jsonl"), 100000))
+        try:
+            with open(node.path("emergency.jsonl"), "rb") as handle:
+                return sum(1 for _ in handle)
+        except OSError:
+            return 0
+
+    def sessions() -> set[str]:
+        pane = node.pane()
+        held = dr.session_of(pane["pid"]) if pane else ""
+        return {held} if held else set()
 
     return dr.Job(node.run_dir, node.account.pw_name, dr.checkpoint_every(command), alive,
-                  workers, committed, emergencies)  # fmt: skip
+                  workers, committed, emergencies, sessions)  # fmt: skip
 
 
 def drill(node: Node) -> dict[str, Any]:

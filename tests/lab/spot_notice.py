@@ -6,7 +6,8 @@ QEMU). A stand-in IMDSv2 (tests/cloud_standin.py, a fake: no AWS account here) s
 the VM on a dummy interface at 169.254.169.254, the address the heartbeat asks, so the role's
 own plan finds the metadata service and composes its notice probe. `nodeprep run` starts the
 reference trainer in the image (before that provision, so that their minutes overlap); once
-it steps, a file on the node posts the notice; the watchdog trips
+it steps, the drills run against it (tests/lab/drill_story.py), then a file on the node
+posts the notice; the watchdog trips
 and signals the trainer, which must commit an emergency checkpoint within 5 s of the notice,
 both times read on the node's clock. `nodeprep stop` ends the job; the stand-in and its
 interface go.
@@ -21,10 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from drill_story import drills_meet_their_limits_and_leave_the_node_as_it_was
 from lab_helpers import LabNode
 
 STANDIN = Path(__file__).resolve().parents[1] / "cloud_standin.py"
 NOTICE = "/run/nodeprep-spot-notice"
+STANDIN_UNIT = "nodeprep-test-imds-standin"
 JOB_NAME = "spot"
 RUN_DIR = f"/data/nodeprep/jobs/{JOB_NAME}"
 BOUND_S = 5.0
@@ -62,8 +65,9 @@ def spot_notice_gets_an_emergency_checkpoint(
             "NODEPREP_STANDIN\n")  # fmt: skip
     node.sh("sudo ip link add md0 type dummy && sudo ip addr add 169.254.169.254/32 dev md0 "
             "&& sudo ip link set md0 up")  # fmt: skip
-    standin = node.sh(f"sudo sh -c 'python3 /tmp/cloud_standin.py aws 169.254.169.254 80 {NOTICE} "
-                      ">/tmp/standin.log 2>&1 </dev/null & echo $!'").strip()  # fmt: skip
+    # A service, not a process left in a login session: the ssh-drop drill ends those.
+    node.sh(f"sudo systemd-run --unit={STANDIN_UNIT} python3 /tmp/cloud_standin.py aws "
+            f"169.254.169.254 80 {NOTICE}")  # fmt: skip
     # The job first: its torch start-up inside the image (about two minutes under emulation)
     # overlaps the heartbeat's provision; the restarted daemon finds the trainer registered.
     job = workdir / "spot-job.json"
@@ -80,6 +84,7 @@ def spot_notice_gets_an_emergency_checkpoint(
     _wait_for(node, f"cat {RUN_DIR}/train.log 2>/dev/null; true", lambda t: "step 30 " in t,
               600, 2)  # fmt: skip
     stepping = time.monotonic()
+    drills_meet_their_limits_and_leave_the_node_as_it_was(node, inventory, workdir, job, JOB_NAME)
 
     emergency = f"cat {RUN_DIR}/emergency.jsonl 2>/dev/null; true"
     before = len(node.sh(emergency).splitlines())  # a save on another trip is not this one's
@@ -98,7 +103,7 @@ def spot_notice_gets_an_emergency_checkpoint(
     node.sh(f"sudo rm -f {NOTICE}")
     _nodeprep(node, workdir, "stop", str(inventory), "--name", JOB_NAME, "--fast",
               "-e", f"@{job}", "--timeout", "240")  # fmt: skip
-    node.sh(f"sudo kill {standin}; sudo ip link del md0")
+    node.sh(f"sudo systemctl stop {STANDIN_UNIT}; sudo ip link del md0")
     print(f"spot notice story: {time.monotonic() - began:.0f} s", flush=True)
     assert record["signal"] == "SIGUSR1", record
     assert record["signal_time"] >= posted, figures

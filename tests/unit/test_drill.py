@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def test_named_job_drills_on_the_chosen_node_and_reports(
     assert given["nodeprep_job_action"] == "drill"
     assert given["job_drill_fault"] == "netem"
     assert given["job_drill_duration_s"] == 7
-    assert given["job_drill_id"] == "pretrain-2-netem"
+    assert re.fullmatch(r"pretrain-\d{8}-\d{6}-2-netem", given["job_drill_id"]), given
     assert "FAILED (netem): 2 of 2 drill(s) ran" in out, out
     assert "4 step(s) lost, more than the limit 0" in out
     report = json.loads(out_json.read_text())
@@ -118,8 +119,7 @@ def test_own_job_is_started_then_stopped_and_a_refusal_is_exit_2(
     assert code == 2, out
     actions = [r.extra_vars["nodeprep_job_action"] for r in seen]
     assert actions == ["run", "drill", "stop"]  # the second fault never ran
-    assert seen[0].limit is None
-    assert seen[1].limit == "gpu01"
+    assert [r.limit for r in seen] == ["gpu01", "gpu01", "gpu01"]  # the own job: that node only
     assert seen[0].extra_vars["job_trainer_extra_args"] == ["--min-step-s", "0.5"]
     assert seen[0].extra_vars["job_name"] == seen[2].extra_vars["job_name"]
     assert "no bond with two members up" in out

@@ -34,12 +34,13 @@ from nodeprep.cli.options import (
 )
 from nodeprep.cli.progress import write_json
 
-# The job a drill starts itself: the reference trainer paced so that it outlives every fault,
-# a checkpoint every 10 steps so that a kill costs at most 10.
+# The job a drill starts itself, on the drilled node only (its log then holds rank 0's
+# steps): the reference trainer paced so that it outlives every fault, a checkpoint every
+# 10 steps so that a kill costs at most 10, started through its systemd unit (as `nodeprep
+# run` does) so that no login session holds it.
 OWN_JOB_VARS: dict[str, Any] = {
     "job_trainer_checkpoint_every": 10,
     "job_trainer_extra_args": ["--min-step-s", "0.5"],
-    "job_start_at_boot": False,
 }
 COLUMNS = ("fault", "node", "result", "detected by", "detect s", "steps lost", "next step s",
            "node as it was")  # fmt: skip
@@ -173,27 +174,30 @@ def _drill(
     asked = ask_passwords(request(None, {}))
     connection = asked.connection
     own = name is None
-    job_name = name or f"drill-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    job_name = name or f"drill-{stamp}"
     started = time.monotonic()
-    console.print(f"nodeprep drill: faults {', '.join(chosen)} on {target}, job {job_name} on "
-                  f"{len(hosts)} node(s): {', '.join(hosts)}", markup=False)  # fmt: skip
-    if own:
-        console.print(f"  starting job {job_name} (reference trainer, paced)", markup=False)
-        result = runner.run(request(None, {**OWN_JOB_VARS, "job_name": job_name,
-                                           "nodeprep_job_action": "run"}))  # fmt: skip
-        if result.exit_code != EXIT_OK:
-            console.print(f"nodeprep drill: job {job_name} did not start: {_why(result)}",
-                          markup=False)  # fmt: skip
-            return _code(result)
+    where = f"job {job_name}" + (f" on {target}" if own else f" ({len(hosts)} node(s))")
+    console.print(f"nodeprep drill: faults {', '.join(chosen)} on {target}, {where}",
+                  markup=False)  # fmt: skip
     found: list[dict[str, Any]] = []
     code = EXIT_OK
     try:
+        if own:
+            console.print(f"  starting job {job_name} (reference trainer, paced)", markup=False)
+            result = runner.run(request(target, {**OWN_JOB_VARS, "job_name": job_name,
+                                                 "nodeprep_job_action": "run"}))  # fmt: skip
+            if result.exit_code != EXIT_OK:
+                console.print(f"nodeprep drill: job {job_name} did not start: {_why(result)}",
+                              markup=False)  # fmt: skip
+                return _code(result)
         for index, fault in enumerate(chosen, start=1):
             console.print(f"  [{index}/{len(chosen)}] {fault} on {target} ...", markup=False)
             began = time.monotonic()
             result = runner.run(request(target, {
                 "job_name": job_name, "nodeprep_job_action": "drill", "job_drill_fault": fault,
-                "job_drill_id": f"{job_name}-{index}-{fault}", "job_drill_duration_s": duration_s,
+                "job_drill_id": f"{job_name}-{stamp}-{index}-{fault}",
+                "job_drill_duration_s": duration_s,
             }))  # fmt: skip
             drills = [{**j["drill"], "host": j["host"]} for j in result.jobs if "drill" in j]
             if result.exit_code != EXIT_OK or not drills:
@@ -206,31 +210,42 @@ def _drill(
             _say(console, drills[0])
     finally:
         if own:
-            stopped = runner.run(request(None, {"job_name": job_name,
-                                                "nodeprep_job_action": "stop"}))  # fmt: skip
-            if stopped.exit_code != EXIT_OK:
-                console.print(f"nodeprep drill: job {job_name} did not stop: {_why(stopped)}",
+            stopped = runner.run(request(target, {"job_name": job_name,
+                                                  "nodeprep_job_action": "stop"}))  # fmt: skip
+            still = [j["host"] for j in stopped.jobs if j.get("still_running")]
+            if stopped.exit_code != EXIT_OK or still:
+                console.print(f"nodeprep drill: job {job_name} did not stop on {target}: "
+                              f"{_why(stopped) if stopped.failures else 'still running'}",
                               markup=False)  # fmt: skip
+                code = max(code, EXIT_UNREACHABLE if stopped.unreachable_hosts else EXIT_FAILED)
+    return _report(console, found, len(chosen), code, time.monotonic() - started,
+                   {"job": job_name, "node": target}, json_path, junit_path)  # fmt: skip
+
+
+def _report(
+    console: Console, found: list[dict[str, Any]], asked: int, code: int, seconds: float,
+    about: dict[str, str], json_path: Path | None, junit_path: Path | None,
+) -> int:  # fmt: skip
+    """The table, JSON and JUnit of the drills that ran; the exit code."""
     built = report.Report(results=[_check(f) for f in found])
-    built.seconds = time.monotonic() - started
+    built.seconds = seconds
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for column in COLUMNS:
         table.add_column(column, no_wrap=True)
     for row in found:
         table.add_row(*_row(row))
     console.print(table)
+    if code == EXIT_OK:
+        code = built.exit_code
     if json_path is not None:
-        write_json(json_path, {"job": job_name, "node": target, "exit_code": code or
-                               built.exit_code, "drills": found})  # fmt: skip
+        write_json(json_path, {**about, "exit_code": code, "drills": found})
     if junit_path is not None:
         junit_path.parent.mkdir(parents=True, exist_ok=True)
         junit_path.write_text(report.to_junit(built, "nodeprep drill"))
-    if code == EXIT_OK:
-        code = built.exit_code
     failed = [f["fault"] for f in found if not f.get("passed")]
     verdict = f"FAILED ({', '.join(failed)})" if failed else "PASSED" if found else "NOT RUN"
-    console.print(f"nodeprep drill: {verdict}: {len(found)} of {len(chosen)} drill(s) ran in "
-                  f"{built.seconds:.0f} s", markup=False)  # fmt: skip
+    console.print(f"nodeprep drill: {verdict}: {len(found)} of {asked} drill(s) ran in "
+                  f"{seconds:.0f} s", markup=False)  # fmt: skip
     return code
 
 

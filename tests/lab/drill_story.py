@@ -1,0 +1,136 @@
+"""`nodeprep drill` against the quick start node's running job (the spot story's job, the
+reference trainer in the image under torchrun, a checkpoint every 20 steps).
+
+One run drills kill, netem, link and ssh-drop in turn: each meets its limit (kill: at most 20
+steps lost, seen by torchrun; netem, link, ssh-drop: none lost, no restart, no trip; link: the
+bond fails over), the login session the test opened as the job's user is ended while the job
+goes on, and afterwards the node is as it was (no netem qdisc, both bond members up, no undo
+unit left). Then a netem drill whose controller and node-side module are both SIGKILLed
+mid-fault: the undo timer the module armed removes the qdisc on its own, duration + 5 s
+after the fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab_helpers import LabNode
+
+NODEPREP = str(Path(sys.executable).with_name("nodeprep"))
+DURATION_S = 8
+NETEM = "/usr/sbin/tc qdisc show dev bond0 root"
+RECORDS = "/run/nodeprep/drills/*.json"
+UNDO_UNITS = "systemctl list-units --all --no-legend 'nodeprep-drill-undo-*' | wc -l"
+
+
+def _members_up(node: LabNode) -> list[str]:
+    text = node.sh("cat /proc/net/bonding/bond0")
+    found = []
+    for block in text.split("Slave Interface: ")[1:]:
+        name, rest = block.split("\n", 1)
+        if rest.startswith("MII Status: up"):
+            found.append(name.strip())
+    return sorted(found)
+
+
+def _until(what: str, test: object, limit_s: float, poll_s: float = 0.5) -> float:
+    began = time.monotonic()
+    while not test():  # type: ignore[operator]
+        assert time.monotonic() - began < limit_s, f"{what}: not within {limit_s} s"
+        time.sleep(poll_s)
+    return time.monotonic() - began
+
+
+def drills_meet_their_limits_and_leave_the_node_as_it_was(
+    node: LabNode, inventory: Path, workdir: Path, job_vars: Path, name: str
+) -> None:
+    began = time.monotonic()
+    assert "netem" not in node.sh(NETEM)
+    members = _members_up(node)
+    assert members == ["ens4", "ens5"], members
+    # A login session of the job's user, as an operator's SSH shell would be.
+    session = subprocess.Popen(node.target.argv(["sleep", "900"]), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _until("the operator's session", lambda: node.sh("pgrep -x -f 'sleep 900' || true").strip(),
+               60)  # fmt: skip
+        report = workdir / "drill.json"
+        done = subprocess.run(
+            [NODEPREP, "drill", str(inventory), "--name", name, "--faults",
+             "kill,netem,link,ssh-drop", "--duration", str(DURATION_S), "--fast",
+             "-e", f"@{job_vars}", "--json", str(report)],
+            capture_output=True, text=True, env=node.env, timeout=1500, check=False,
+            cwd=workdir,
+        )  # fmt: skip
+        print(done.stdout[-6000:], done.stderr[-3000:], flush=True)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        drills = {d["fault"]: d for d in json.loads(report.read_text())["drills"]}
+        assert sorted(drills) == ["kill", "link", "netem", "ssh-drop"], drills
+        assert all(d["passed"] for d in drills.values()), drills
+        kill = drills["kill"]
+        assert kill["detected_by"] == "torchrun", kill
+        assert kill["steps_lost"] <= 20 == kill["steps_lost_limit"], kill
+        assert kill["resumed_from"] % 20 == 0, kill
+        assert drills["link"]["detected_by"] == "bond", drills["link"]
+        for fault in ("netem", "link", "ssh-drop"):
+            assert drills[fault]["steps_lost"] == 0, drills[fault]
+            assert drills[fault]["restored"] is True, drills[fault]
+        assert session.wait(timeout=60) is not None  # ssh-drop ended the operator's session
+        assert "login session(s) of nodeprep ended" in drills["ssh-drop"]["detail"], drills
+        figures = {f: {k: d[k] for k in ("detect_s", "steps_lost", "next_step_s")}
+                   for f, d in drills.items()}  # fmt: skip
+        print("drills:", json.dumps(figures), flush=True)
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+    assert "netem" not in node.sh(NETEM)
+    assert _members_up(node) == members
+    assert node.sh(UNDO_UNITS).strip() == "0"
+    the_undo_outlives_a_lost_drill(node, inventory, workdir, job_vars, name)
+    print(f"drill story: {time.monotonic() - began:.0f} s", flush=True)
+
+
+def the_undo_outlives_a_lost_drill(
+    node: LabNode, inventory: Path, workdir: Path, job_vars: Path, name: str
+) -> None:
+    """The controller and the module on the node SIGKILLed while netem is on: the qdisc goes."""
+    duration = 20
+    drill = subprocess.Popen(
+        [NODEPREP, "drill", str(inventory), "--name", name, "--faults", "netem",
+         "--duration", str(duration), "-e", f"@{job_vars}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=node.env,
+        start_new_session=True, cwd=workdir,
+    )  # fmt: skip
+    try:
+        _until("netem on the bond", lambda: "netem" in node.sh(NETEM), 300, 0.3)
+        injected = time.monotonic()
+        os.killpg(drill.pid, signal.SIGKILL)
+        drill.wait()
+        # The drill's process on the node, from the record its undo keeps while armed.
+        (record,) = [json.loads(line) for line in node.sh(f"cat {RECORDS}").splitlines()]
+        assert record["fault"] == "netem", record
+        pid = int(record["pid"])
+        node.sh(f"sudo kill -KILL {pid} 2>/dev/null || true")  # SIGHUP may have ended it
+        alive = f"test -d /proc/{pid} && echo alive || true"
+        _until("the drill's process to end", lambda: node.sh(alive).strip() == "", 10)
+        assert "netem" in node.sh(NETEM)  # nobody is left to remove it but the timer
+        gone = _until("the timer's undo", lambda: "netem" not in node.sh(NETEM), duration + 30)
+        after = time.monotonic() - injected
+        print(f"lost drill: netem removed {after:.1f} s after the fault (timer at "
+              f"{duration + 5} s)", flush=True)  # fmt: skip
+        assert after <= duration + 5 + 10, after
+        assert after >= duration, after  # the module did not do it: it was dead
+        del gone
+        _until("the undo unit to go", lambda: node.sh(UNDO_UNITS).strip() == "0", 30)
+        assert node.sh(f"ls {RECORDS} 2>/dev/null | wc -l").strip() == "0"  # the undo removed it
+    finally:
+        if drill.poll() is None:
+            os.killpg(drill.pid, signal.SIGKILL)
+            drill.wait()
