@@ -66,6 +66,8 @@ def _wait_stepping(inventory: str, name: str, variables: Path, limit_s: float = 
             fields = line.split()
             if len(fields) > 3 and fields[1] == "running" and fields[3].isdigit():
                 return
+            if len(fields) > 1 and fields[1] in ("failed", "stopped", "absent"):
+                raise SystemExit(f"job {name} is {fields[1]}:\n{done.stdout[-3000:]}")
         time.sleep(5)
     raise SystemExit(f"job {name} made no step within {limit_s:.0f} s")
 
@@ -95,9 +97,9 @@ def main() -> int:
         variables.write_text(json.dumps(JOB))
         began = time.monotonic()
         _nodeprep("run", args.inventory, "--name", name, "--fast", "-e", f"@{variables}")
-        _wait_stepping(args.inventory, name, variables)
-        print(f"job {name} stepping after {time.monotonic() - began:.0f} s", flush=True)
         try:
+            _wait_stepping(args.inventory, name, variables)
+            print(f"job {name} stepping after {time.monotonic() - began:.0f} s", flush=True)
             for index in range(rounds):
                 operator = _operator_session(args.inventory) if "ssh-drop" in runnable else None
                 time.sleep(3 if operator else 0)
