@@ -102,7 +102,7 @@ def main() -> int:
             print(f"job {name} stepping after {time.monotonic() - began:.0f} s", flush=True)
             for index in range(rounds):
                 operator = _operator_session(args.inventory) if "ssh-drop" in runnable else None
-                time.sleep(3 if operator else 0)
+                time.sleep(8 if operator else 0)  # the login, under emulation
                 report = Path(tmp) / f"round-{index}.json"
                 done = _nodeprep("drill", args.inventory, "--name", name, "--faults",
                                  ",".join(runnable), "--duration", str(args.duration), "--fast",

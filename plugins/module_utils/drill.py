@@ -393,27 +393,32 @@ def _settle(job: Job, watch: LogWatch, timeout: float) -> tuple[int, float]:
     return found
 
 
+def _kill_moment(job: Job, timeout_s: float) -> None:
+    """Wait for the moment to kill: a random step in the first half of an interval whose
+    checkpoint is committed. Before the first checkpoint a kill would cost the whole run and
+    prove no resume; while the next one is being written it would cost more than the
+    interval."""
+    deadline = time.time() + timeout_s
+    offset = random.randint(1, max(1, job.interval // 2))
+    while time.time() < deadline:
+        committed, now = job.committed(), last_step(job.log)
+        half = committed + max(2, job.interval // 2 + 1) if committed is not None else 0
+        if committed is not None and now is not None and committed + offset <= now[0] < half:
+            return
+        time.sleep(0.02)
+    raise DrillError(
+        f"the job in {job.run_dir} committed no checkpoint it could be killed after within "
+        f"{timeout_s:g} s; the kill drill needs one to resume from (see --checkpoint-every)."
+    )
+
+
 def drill_kill(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
     """SIGKILL one rank at a step; torchrun restarts the group, which resumes from the newest
     committed checkpoint. Cost: the steps since that checkpoint."""
     del drill_id, duration_s
     watch = LogWatch(job.log)
     _settle(job, watch, timeout_s)
-    # A kill before the first checkpoint would cost the whole run and prove no resume: wait
-    # for a committed checkpoint, then for a step past it, then a random moment more.
-    deadline = time.time() + timeout_s
-    while True:
-        committed = job.committed()
-        now = last_step(job.log)
-        if committed is not None and now is not None and now[0] > committed:
-            break
-        if time.time() > deadline:
-            raise DrillError(
-                f"the job in {job.run_dir} committed no checkpoint within {timeout_s:g} s; the "
-                "kill drill needs one to resume from (see --checkpoint-every)."
-            )
-        time.sleep(0.2)
-    time.sleep(random.uniform(0.0, 2.0))
+    _kill_moment(job, timeout_s)
     pids = job.workers()
     if not pids:
         raise DrillError(f"no rank of the job in {job.run_dir} was found to kill.")

@@ -680,7 +680,7 @@ def _drill_job(node: Node) -> dr.Job:
 def drill(node: Node) -> dict[str, Any]:
     """One fault against the running job; a fault that cannot apply here is refused."""
     p = node.p
-    if not p["fault"] or not re.match(r"^[A-Za-z0-9_-]{1,64}$", p["drill_id"]):
+    if not p["fault"] or not re.match(r"^[A-Za-z0-9_-]{1,200}$", p["drill_id"]):
         node.module.fail_json(msg="action=drill needs a fault and a drill_id of letters, digits, "
                               "'-' or '_'.", nodeprep_refused=True, nodeprep_job={})  # fmt: skip
     pane = node.pane()

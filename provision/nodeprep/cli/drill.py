@@ -3,8 +3,8 @@
 Each fault is one run of the job role's ``drill`` action on the chosen node: the node arms
 the fault's undo as a systemd timer, injects the fault, watches the job's log while it
 lasts, undoes it and reports the figures (see plugins/module_utils/drill.py). Without
-``--name`` the drill starts a paced reference-trainer job on every node of the inventory
-first (as ``nodeprep run`` does) and stops it afterwards.
+``--name`` the drill starts a paced reference-trainer job on the drilled node first (as
+``nodeprep run`` does) and stops it afterwards.
 """
 
 from __future__ import annotations
@@ -196,7 +196,8 @@ def _drill(
             began = time.monotonic()
             result = runner.run(request(target, {
                 "job_name": job_name, "nodeprep_job_action": "drill", "job_drill_fault": fault,
-                "job_drill_id": f"{job_name}-{stamp}-{index}-{fault}",
+                "job_drill_id": f"{job_name}-{index}-{fault}" if own else
+                f"{job_name}-{stamp}-{index}-{fault}",
                 "job_drill_duration_s": duration_s,
             }))  # fmt: skip
             drills = [{**j["drill"], "host": j["host"]} for j in result.jobs if "drill" in j]

@@ -20,6 +20,8 @@ from nodeprep.heartbeat.volume_grow import GCE_NAME, VOLUME_ID
 PROBE_TYPES = (
     "http", "imds", "spot_notice", "tcp", "icmp", "writable", "free_space", "gpu", "progress",
 )  # fmt: skip
+# Probes that ask something over the network: their attempts are hedged and retried soon.
+NETWORK_PROBES = ("http", "imds", "spot_notice", "tcp", "icmp")
 DEFAULT_METADATA_URL = cloud_metadata.DEFAULT_URL
 # Signals a hang may escalate through (each after hang.grace_s if the trainer still lives).
 HANG_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
@@ -39,9 +41,9 @@ class ProbeConfig:
     timeout: float
     fail_threshold: int
     recover_threshold: int
-    # After a failure that has not yet tripped, the next attempt comes this soon instead of
-    # a whole interval later, so a real outage trips in about interval + timeout + a few
-    # retries while a blip still has to last (fail_threshold - 1) x retry_interval to trip.
+    # Network probes: an unanswered attempt is hedged by another this long after it started,
+    # and a failure that has not tripped is retried this soon (see scheduler.py). Other
+    # probes default to their interval: a GPU reading or a disk check is not hurried.
     retry_interval: float = 0.0
     url: str = ""
     expect_status: tuple[int, ...] = (200,)
@@ -205,7 +207,8 @@ def _probe(raw: object, where: str) -> ProbeConfig:
         raise ConfigError(
             f"{sec.key('timeout')}: {timeout:g} s exceeds the interval {interval:g} s."
         )
-    retry = sec.positive("retry_interval", min(interval, max(0.05, timeout / 3)))
+    quick = min(interval, max(0.05, timeout / 3))
+    retry = sec.positive("retry_interval", quick if kind in NETWORK_PROBES else interval)
     if retry > interval:
         raise ConfigError(
             f"{sec.key('retry_interval')}: {retry:g} s exceeds the interval {interval:g} s; "

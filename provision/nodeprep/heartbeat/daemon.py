@@ -10,12 +10,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 from typing import Any
 
 from nodeprep.heartbeat import metrics, probes
 from nodeprep.heartbeat.actions import Actions, Trip
-from nodeprep.heartbeat.config import Config, ProbeConfig
+from nodeprep.heartbeat.config import NETWORK_PROBES, Config, ProbeConfig
 from nodeprep.heartbeat.free_space import FreeSpaceCheck
 from nodeprep.heartbeat.gpu import GpuCheck, load_nvml
 from nodeprep.heartbeat.grow import GrowAction
@@ -47,7 +46,10 @@ class Daemon:
         self.grow = GrowAction(config.grow, self.actions.trip) if config.grow.volumes else None
         self._nvml_given = nvml
         start = time.monotonic()
-        self.runners = [ProbeRunner(p, self._attempt(p), start) for p in config.probes]
+        self.runners = [
+            ProbeRunner(p, self._attempt(p), start, hedge=p.type in NETWORK_PROBES)
+            for p in config.probes
+        ]
         self.states = {
             p.name: ProbeState(p.fail_threshold, p.recover_threshold) for p in config.probes
         }
@@ -69,11 +71,6 @@ class Daemon:
             watch = ProgressCheck(cfg, self.config.registry_dir, self.actions.paused_pids)
             self.progress_checks.append(watch)
             return watch.attempt
-        # The scheduler judges an attempt at cfg.timeout; the network call itself may run
-        # until the next interval. A hung endpoint then stays one hung attempt, and each
-        # retry past its deadline counts a failure at once, instead of every retry paying
-        # a fresh timeout: a hang trips in timeout + (fail_threshold - 1) x retry_interval.
-        patient = replace(cfg, timeout=max(cfg.timeout, cfg.interval))
         factory = {
             "http": probes.http_attempt,
             "imds": probes.imds_attempt,
@@ -82,7 +79,7 @@ class Daemon:
             "icmp": probes.icmp_attempt,
             "writable": probes.writable_attempt,
         }[cfg.type]
-        return factory(patient)
+        return factory(cfg)
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set."""

@@ -1,9 +1,8 @@
 """Single probe attempts: each returns an :class:`Outcome` and never raises.
 
-An attempt is a plain blocking call bounded by the timeout it is given (for network
-probes the daemon gives the interval, see daemon.py); the scheduler runs every attempt in
-its own worker and judges it at the probe's own timeout, so a call that ignores its
-timeout (a hung NFS write, a stalled resolver) still cannot stall the loop.
+An attempt is a plain blocking call bounded by the probe's timeout; the scheduler runs
+every attempt in its own worker and stops waiting at the deadline, so a call that ignores
+its timeout (a hung NFS write, a stalled resolver) still cannot stall the loop.
 """
 
 from __future__ import annotations

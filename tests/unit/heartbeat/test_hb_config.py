@@ -52,9 +52,11 @@ def test_good_config_loads_with_defaults(tmp_path: Path) -> None:
     assert cfg.probes[6].host == "10.77.0.2"
     assert cfg.probes[0].fail_threshold == 3
     assert cfg.probes[0].recover_threshold == 2
-    # A failed probe is retried after a third of its timeout, never later than its interval.
+    # A network probe is hedged and retried after a third of its timeout; others wait out
+    # their interval.
     assert cfg.probes[0].retry_interval == pytest.approx(0.5 / 3)
     assert cfg.probes[2].retry_interval == pytest.approx(2.0 / 3)
+    assert cfg.probes[4].retry_interval == cfg.probes[4].interval  # writable
     assert cfg.probes[2].url == config_mod.DEFAULT_METADATA_URL
     assert cfg.probes[3].expect_status == (200, 204)
     assert cfg.actions.tmux_session == "train"

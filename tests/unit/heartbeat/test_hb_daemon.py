@@ -161,3 +161,36 @@ def test_a_hung_retry_counts_once_past_its_deadline_and_a_slow_one_not_at_all(
     fails = [(t, s) for t, name, ok, s in hb.observed if name == "web" and not ok and t > mark]
     assert [s for _, s in fails[:3]] == ["suspect", "suspect", "failed"]
     assert fails[2][0] - fails[0][0] < 1.0, fails
+
+
+def test_one_lost_answer_is_covered_by_a_hedge_and_never_counts(
+    endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
+) -> None:
+    hb = run_daemon({"probes": [_probe(endpoint, interval=3.0, timeout=1.0, retry_interval=0.4)]})
+    wait_for(lambda: hb.observed, 5, "first answer")
+    before = endpoint.gets
+    endpoint.set_mode("hang")
+    wait_for(lambda: endpoint.gets > before, 6, "an attempt to hang")
+    # The endpoint answers again, but that one request stays unanswered (not released):
+    # a lost packet. The hedge 0.4 s later is answered; the lost attempt's timeout is not
+    # a failure, because an answer came after it started.
+    endpoint.mode = "ok"
+    wait_for(lambda: len(_runs(hb.observed, "web")) >= 3, 10, "later answers")
+    time.sleep(1.2)  # past the lost attempt's deadline
+    assert [ok for ok, _ in _runs(hb.observed, "web")] == [True] * len(_runs(hb.observed, "web"))
+    assert hb.trips == []
+
+
+def test_a_slow_healthy_endpoint_gets_hedges_that_all_answer(
+    endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
+) -> None:
+    endpoint.slow_s = 0.3
+    endpoint.set_mode("slow")
+    hb = run_daemon({"probes": [_probe(endpoint, interval=1.0, timeout=0.5, retry_interval=0.1)]})
+    time.sleep(3.5)
+    seen = _runs(hb.observed, "web")
+    assert seen, "no answer"
+    assert all(ok for ok, _ in seen), seen
+    # Three attempts in flight at most (fail_threshold): about 3 answers per interval.
+    assert 6 <= len(seen) <= 12, len(seen)
+    assert hb.trips == []
