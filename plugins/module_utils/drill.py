@@ -401,7 +401,7 @@ def _kill_moment(job: Job, timeout_s: float) -> None:
     deadline = time.time() + timeout_s
     offset = random.randint(1, max(1, job.interval // 2))
     while time.time() < deadline:
-        committed, now = job.committed(), last_step(job.log)
+        committed, now = job.committed(), last_step(job.log, 16384)
         half = committed + max(2, job.interval // 2 + 1) if committed is not None else 0
         if committed is not None and now is not None and committed + offset <= now[0] < half:
             return
@@ -586,17 +586,11 @@ def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
     return result
 
 
-def _sessions(user: str) -> list[tuple[str, str]]:
-    """(session id, leader pid) of USER's logind sessions."""
+def _sessions(user: str) -> list[str]:
+    """The ids of USER's logind sessions."""
     rc, out, _ = run(["loginctl", "list-sessions", "--no-legend"])
-    found = []
-    for line in out.splitlines() if rc == 0 else []:
-        fields = line.split()
-        if len(fields) >= 3 and fields[2] == user:
-            _rc, leader, _ = run(["loginctl", "show-session", fields[0], "-p", "Leader",
-                                  "--value"])  # fmt: skip
-            found.append((fields[0], leader.strip()))
-    return found
+    rows = [line.split() for line in out.splitlines()] if rc == 0 else []
+    return [fields[0] for fields in rows if len(fields) >= 3 and fields[2] == user]
 
 
 def session_of(pid: int) -> str:
@@ -634,7 +628,7 @@ def drill_ssh_drop(job: Job, drill_id: str, duration_s: float, timeout_s: float)
     ended: list[str] = []
 
     def inject() -> None:
-        for session, _leader in _sessions(job.user):
+        for session in _sessions(job.user):
             if session != own and session not in holding:
                 run(["loginctl", "terminate-session", session])
                 ended.append(session)
