@@ -26,11 +26,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 # Every fault the drill command knows, in the order of the issue that asked for them.
 FAULTS = ("kill", "preempt", "link", "blackhole", "netem", "disk-full", "ssh-drop", "reboot")
 # The faults this release can inject; the others are refused by name (exit 2), never faked.
-BUILT = ("kill", "link", "netem", "ssh-drop")
+BUILT = ("kill", "preempt", "link", "netem", "ssh-drop")
 # Faults that can cut a node off its network; outside the lab they need --yes.
 CUTS_OFF = ("link", "blackhole", "netem", "reboot")
 # Steps a fault may cost: None means "at most the job's checkpoint interval".
@@ -39,7 +40,6 @@ STEPS_LOST_LIMIT: dict[str, int | None] = {
     "blackhole": 0, "disk-full": 0,
 }  # fmt: skip
 WHY_NOT_BUILT = {
-    "preempt": "needs the metadata stand-in the heartbeat probes on the node",
     "blackhole": "needs nftables on the node and the nic_bond role's ARP monitoring",
     "disk-full": "needs the trainer's save-failure report to be read by the drill",
     "reboot": "needs the controller to wait through the node's boot",
@@ -48,6 +48,18 @@ WHY_NOT_BUILT = {
 UNDO_PREFIX = "nodeprep-drill-undo-"
 # A drill in progress on the node: its pid, fault and undo unit (removed by either undo).
 RECORD_DIR = "/run/nodeprep/drills"
+# The heartbeat's config on the node, and the record a metadata stand-in keeps while it
+# serves there (nodeprep/lab/cloud_standin.py, on the lab only): the preempt drill posts a
+# notice only through a stand-in; on a real cloud it says how to ask the provider instead.
+HEARTBEAT_CONFIG = "/etc/nodeprep/heartbeat.json"
+STANDIN_RECORD = "/run/nodeprep/metadata-standin.json"
+PROVIDER_DRILLS = {
+    "aws": "AWS Fault Injection Service's aws:ec2:send-spot-instance-interruptions action "
+    "against this instance (a real two-minute notice, then the reclaim)",
+    "gcp": "`gcloud compute instances simulate-maintenance-event` on this VM (a Spot or "
+    "preemptible VM is then preempted)",
+    "azure": "`az vm simulate-eviction` on this Spot VM (a Preempt event, then the eviction)",
+}
 _STEP = re.compile(r"^step (\d+) loss=\S+ t=([0-9.]+)")
 _START = re.compile(r"^start step=(\d+) ")  # then resumed=True|False
 _TORCHRUN_SAW = re.compile(r"failed \(exitcode: |Restarting worker group")
@@ -346,7 +358,7 @@ def _result(fault: str, job: Job, **fields: Any) -> dict[str, Any]:
         "steps_lost": None, "next_step_s": None, "step_at_fault": None,
         "committed_at_fault": None, "resumed_from": None, "restored": True, "left": [],
         "steps_lost_limit": job.interval if limit is None else limit, "problems": [],
-        "detail": "",
+        "detail": "", "skipped": False,
     }  # fmt: skip
     result.update(fields)
     return result
@@ -513,6 +525,203 @@ def _steady(
         time.sleep(0.2)
         left = differences(before_node, snapshot(iface))
     result["restored"], result["left"] = not left, left
+    return _judge(result)
+
+
+def notice_probe(config: str = HEARTBEAT_CONFIG) -> dict[str, Any] | None:
+    """The heartbeat's cloud-notice probe (type spot_notice) from its config, if it has one."""
+    try:
+        with open(config, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    probes = data.get("probes") if isinstance(data, dict) else None
+    for probe in probes if isinstance(probes, list) else []:
+        if isinstance(probe, dict) and probe.get("type") == "spot_notice":
+            return probe
+    return None
+
+
+def standin(record: str = STANDIN_RECORD) -> dict[str, Any] | None:
+    """The metadata stand-in serving on this node: its record, while its process lives."""
+    try:
+        with open(record, encoding="utf-8") as handle:
+            data = json.load(handle)
+        os.kill(int(data["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data if isinstance(data, dict) and data.get("notice_file") else None
+
+
+def _host(url: Any) -> str:
+    return urlsplit(str(url or "")).hostname or ""
+
+
+def emergency_records(run_dir: str, start: int) -> list[dict[str, Any]]:
+    """The job's emergency checkpoint records from line START on (emergency.jsonl)."""
+    try:
+        with open(os.path.join(run_dir, "emergency.jsonl"), encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines[start:]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            found.append(record)
+    return found
+
+
+def _skipped(fault: str, job: Job, why: str) -> dict[str, Any]:
+    result = _result(fault, job, detail=why, skipped=True)
+    result["passed"] = None  # neither: nothing was drilled, and a skip is no pass
+    return result
+
+
+def _notice_target(job: Job, config: str, record: str) -> tuple[str, dict[str, Any]]:
+    """(provider, the stand-in's record) for a notice this drill can post; DrillError where
+    nothing would read a notice; ("", skip result) where only the cloud could post one."""
+    probe = notice_probe(config)
+    if probe is None:
+        raise DrillError(
+            f"the heartbeat on this node watches no cloud interruption notice (no spot_notice "
+            f"probe in {config}), so a notice would reach nobody; provision the heartbeat on a "
+            "cloud VM or with heartbeat_cloud set (on the lab, start the metadata stand-in "
+            "first: `nodeprep lab metadata NODE up`)."
+        )
+    provider = str(probe.get("provider") or "aws")
+    served = standin(record)
+    if served is None or _host(served.get("url")) != _host(probe.get("url")):
+        how = PROVIDER_DRILLS.get(provider, "the provider's own fault-injection service")
+        return "", _skipped("preempt", job, (
+            f"the heartbeat watches {provider}'s own metadata service ({probe.get('url')}), "
+            f"where no drill can post a real notice; drill a reclaim with {how}"
+        ))  # fmt: skip
+    _rc, out, _err = run(["systemctl", "is-active", "nodeprep-heartbeat"])
+    if out.strip() != "active":
+        raise DrillError(
+            f"the heartbeat is not running on this node (nodeprep-heartbeat is "
+            f"{out.strip() or 'unknown'}), so the notice would reach nobody; start it first."
+        )
+    return provider, served
+
+
+class _Reclaim:
+    """What the node showed between the notice and the job's exit."""
+
+    def __init__(self, job: Job, watch: LogWatch, seen: int) -> None:
+        self.job, self.watch, self.seen = job, watch, seen
+        self.fault_time = time.time()
+        self.timeline = Timeline(self.fault_time)
+        self.term_time = self.fault_time
+        self.trip: dict[str, Any] | None = None
+        self.signalled: list[int] = []
+        self.stopped = False
+        self.reached: tuple[int, float] | None = None
+        self.saves: list[dict[str, Any]] = []
+
+    def notice_then_sigterm(
+        self, notice: str, text: str, duration_s: float, timeout_s: float,
+        terminate: Callable[[], list[int]],
+    ) -> None:  # fmt: skip
+        with open(notice, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        while time.time() < self.fault_time + duration_s:
+            self.timeline.feed(self.watch.poll())
+            if self.trip is None:
+                self.trip = next(iter(emergency_records(self.job.run_dir, self.seen)), None)
+            time.sleep(0.05)
+        self.term_time = time.time()
+        self.signalled = terminate()
+        while time.time() < self.term_time + timeout_s and self.job.alive():
+            self.timeline.feed(self.watch.poll())
+            time.sleep(0.1)
+        self.stopped = not self.job.alive()
+        self.timeline.feed(self.watch.poll())
+        self.reached = last_step(self.job.log)
+        self.saves = emergency_records(self.job.run_dir, self.seen)
+
+    def detail(self, provider: str, url: Any) -> str:
+        grace = self.term_time - self.fault_time
+        said = [f"notice posted at the {provider} stand-in ({url}), SIGTERM {grace:.1f} s "
+                f"later to pid(s) {self.signalled}"]  # fmt: skip
+        if self.trip is not None:
+            said.append(f"the notice's checkpoint: step {self.trip.get('step')}")
+        term = next((r for r in self.saves if r.get("signal") == "SIGTERM"), None)
+        if term is not None:
+            after = float(term["committed_time"]) - self.term_time
+            said.append(f"the SIGTERM's: step {term.get('step')}, committed {after:.2f} s after it")
+        return "; ".join(said)
+
+
+def drill_preempt(
+    job: Job, drill_id: str, duration_s: float, timeout_s: float,
+    terminate: Callable[[], list[int]], revive: str,
+    config: str = HEARTBEAT_CONFIG, record: str = STANDIN_RECORD,
+) -> dict[str, Any]:  # fmt: skip
+    """A spot reclaim as the node sees it: the cloud's interruption notice appears where the
+    heartbeat probes, then SIGTERM reaches the job DURATION_S later (the notice's warning,
+    shortened). The job is then started again, as on the replacement node, and must resume
+    from the checkpoint the notice or the SIGTERM made: at most one step lost.
+
+    REVIVE is a shell command that starts the job again when its session is dead (the
+    undo runs it too, so a lost drill still leaves the job running)."""
+    provider, served = _notice_target(job, config, record)
+    if not provider:
+        return served  # the skip
+    notice = str(served["notice_file"])
+    watch = LogWatch(job.log)
+    _settle(job, watch, timeout_s)
+    committed = job.committed()
+    undo = Undo(drill_id, f"rm -f {shlex.quote(notice)}; {revive}", duration_s + timeout_s + 5,
+                "preempt")  # fmt: skip
+    reclaim = _Reclaim(job, watch, job.emergencies())
+    undo.arm()
+    try:
+        reclaim.notice_then_sigterm(notice, f"posted by nodeprep drill {drill_id}\n",
+                                    duration_s, timeout_s, terminate)  # fmt: skip
+    finally:
+        rc, err = undo.now()  # the notice goes; the job starts again
+    reached, trip, timeline = reclaim.reached, reclaim.trip, reclaim.timeline
+    result = _result("preempt", job, step_at_fault=reached[0] if reached else None,
+                     committed_at_fault=committed,
+                     detail=reclaim.detail(provider, served.get("url")))  # fmt: skip
+    if rc != 0:
+        result["problems"].append(f"the undo failed: {err}")
+    if trip is not None:
+        signalled = float(trip["signal_time"])
+        result["detected_by"] = "heartbeat"
+        result["detect_s"] = round(signalled - reclaim.fault_time, 3)
+        result["checkpoint_s"] = round(float(trip["committed_time"]) - signalled, 3)
+    else:
+        result["problems"].append(
+            f"no emergency checkpoint was committed within the notice's {duration_s:g} s: the "
+            "heartbeat did not trip, or the trainer did not save"
+        )
+    if not reclaim.stopped:
+        result["problems"].append(f"the job did not stop within {timeout_s:g} s of SIGTERM")
+        return _judge(result)
+    end = time.time() + timeout_s
+    while time.time() < end and not timeline.after_resume:
+        timeline.feed(watch.poll())
+        time.sleep(0.05)
+    result["resumed_from"] = timeline.resumed_from
+    if timeline.resumed_from is None:
+        result["problems"].append(f"the job did not start again within {timeout_s:g} s")
+    elif not timeline.resumed:
+        result["problems"].append("the job started again from scratch, not from a checkpoint")
+    elif reached is not None:
+        result["steps_lost"] = max(0, reached[0] - timeline.resumed_from)
+    if timeline.after_resume:
+        result["next_step_s"] = round(timeline.after_resume[0][1] - reclaim.term_time, 2)
+    left = [f"the notice {notice} is still there"] if os.path.exists(notice) else []
+    if not job.alive():
+        left.append("the job is not running")
+    result["restored"], result["left"] = not left, left
+    result["detail"] += "; next step timed from the SIGTERM"
     return _judge(result)
 
 

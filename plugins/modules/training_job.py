@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 import signal
 import tempfile
@@ -677,6 +678,40 @@ def _drill_job(node: Node) -> dr.Job:
                   workers, committed, emergencies, sessions)  # fmt: skip
 
 
+def terminate(node: Node) -> list[int]:
+    """SIGTERM to torchrun, as a preemption (and `nodeprep stop`) sends it: every rank saves
+    an emergency checkpoint and exits 143. No stop is recorded: the boot unit stays."""
+    pane = node.pane()
+    if pane is None or pane["dead"]:
+        return []
+    targets = job.agents(pane["pid"])[:1] or [pane["pid"]]
+    signalled = []
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            signalled.append(pid)
+        except ProcessLookupError:
+            pass
+    return signalled
+
+
+def revive_script(node: Node) -> str:
+    """Shell that starts the job's session again when it is dead or gone (as the boot unit
+    does at boot), and does nothing while it runs."""
+    tmux = node.as_user([node.p["tmux"]])
+    panes = shlex.join([*tmux, "list-panes", "-t", f"={node.name}", "-F", "#{pane_dead}"])
+    kill = shlex.join([*tmux, "kill-session", "-t", f"={node.name}"])
+    unit = job.unit_name(node.name)
+    start = shlex.join(node.as_user(job.tmux_start_argv(node.p["tmux"], node.name,
+                                                        node.path("launch.sh"))))  # fmt: skip
+    return (
+        f'if [ "$({panes} 2>/dev/null | head -n 1)" != 0 ]; then {kill} 2>/dev/null; '
+        f"rm -f {shlex.quote(node.path('exit.json'))}; "
+        f"if [ -e /etc/systemd/system/{unit} ]; then systemctl restart {unit}; "
+        f"else {start}; fi; fi"
+    )
+
+
 def drill(node: Node) -> dict[str, Any]:
     """One fault against the running job; a fault that cannot apply here is refused."""
     p = node.p
@@ -698,6 +733,9 @@ def drill(node: Node) -> dict[str, Any]:
                                     p["netem_delay_ms"], p["netem_loss_pct"])  # fmt: skip
         elif p["fault"] == "link":
             result = dr.drill_link(target, p["drill_id"], duration, timeout)
+        elif p["fault"] == "preempt":
+            result = dr.drill_preempt(target, p["drill_id"], duration, timeout,
+                                      lambda: terminate(node), revive_script(node))  # fmt: skip
         else:
             result = dr.drill_ssh_drop(target, p["drill_id"], duration, timeout)
     except dr.DrillError as exc:

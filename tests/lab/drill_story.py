@@ -1,13 +1,15 @@
 """`nodeprep drill` against the quick start node's running job (the spot story's job, the
 reference trainer in the image under torchrun, a checkpoint every 20 steps).
 
-One run drills kill, netem, link and ssh-drop in turn: each meets its limit (kill: at most 20
-steps lost, seen by torchrun; netem, link, ssh-drop: none lost, no restart, no trip; link: the
-bond fails over), the login session the test opened as the job's user is ended while the job
-goes on, and afterwards the node is as it was (no netem qdisc, both bond members up, no undo
-unit left). Then a netem drill whose controller and node-side module are both SIGKILLed
-mid-fault: the undo timer the module armed removes the qdisc on its own, duration + 5 s
-after the fault.
+One run drills kill, netem, link, ssh-drop and preempt in turn: each meets its limit (kill:
+at most 20 steps lost, seen by torchrun; netem, link, ssh-drop: none lost, no restart, no
+trip; link: the bond fails over; preempt: the notice posted at the node's metadata stand-in
+is seen by the heartbeat, whose emergency checkpoint the caller bounds, then SIGTERM, and
+the job, started again, loses at most 1 step), the login session the test opened as the
+job's user is ended while the job goes on, and afterwards the node is as it was (no netem
+qdisc, both bond members up, no notice, no undo unit left). Then a netem drill whose
+controller and node-side module are both SIGKILLed mid-fault: the undo timer the module
+armed removes the qdisc on its own, duration + 5 s after the fault.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from lab_helpers import LabNode
 
 NODEPREP = str(Path(sys.executable).with_name("nodeprep"))
-DURATION_S = 8
+DURATION_S = 5
 BOND_MEMBERS = ["ens4", "ens5"]
 NETEM = "/usr/sbin/tc qdisc show dev bond0 root"
 RECORDS = "/run/nodeprep/drills/*.json"
@@ -50,7 +53,8 @@ def _until(what: str, test: object, limit_s: float, poll_s: float = 0.5) -> floa
 
 def drills_meet_their_limits_and_leave_the_node_as_it_was(
     node: LabNode, inventory: Path, workdir: Path, job_vars: Path, name: str
-) -> None:
+) -> dict[str, Any]:
+    """The drills; returns the preempt drill's result (its notice's figures)."""
     began = time.monotonic()
     assert "netem" not in node.sh(NETEM)
     members = _members_up(node)
@@ -73,7 +77,7 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         report = workdir / "drill.json"
         done = subprocess.run(
             [NODEPREP, "drill", str(inventory), "--name", name, "--faults",
-             "kill,netem,link,ssh-drop", "--duration", str(DURATION_S), "--fast",
+             "kill,netem,link,ssh-drop,preempt", "--duration", str(DURATION_S), "--fast",
              "-e", f"@{job_vars}", "--json", str(report)],
             capture_output=True, text=True, env=node.env, timeout=1500, check=False,
             cwd=workdir,
@@ -81,7 +85,7 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         print(done.stdout[-6000:], done.stderr[-3000:], flush=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         drills = {d["fault"]: d for d in json.loads(report.read_text())["drills"]}
-        assert sorted(drills) == ["kill", "link", "netem", "ssh-drop"], drills
+        assert sorted(drills) == ["kill", "link", "netem", "preempt", "ssh-drop"], drills
         assert all(d["passed"] for d in drills.values()), drills
         kill = drills["kill"]
         assert kill["detected_by"] == "torchrun", kill
@@ -93,6 +97,12 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
             assert drills[fault]["restored"] is True, drills[fault]
         assert session.wait(timeout=60) is not None  # ssh-drop ended the operator's session
         assert "login session(s) of nodeprep ended" in drills["ssh-drop"]["detail"], drills
+        preempt = drills["preempt"]
+        assert preempt["detected_by"] == "heartbeat", preempt
+        assert preempt["steps_lost"] <= 1 == preempt["steps_lost_limit"], preempt
+        assert preempt["restored"] is True, preempt
+        assert preempt["next_step_s"] is not None, preempt
+        assert "the SIGTERM's: step" in preempt["detail"], preempt
         figures = {f: {k: d[k] for k in ("detect_s", "steps_lost", "next_step_s")}
                    for f, d in drills.items()}  # fmt: skip
         print("drills:", json.dumps(figures), flush=True)
@@ -103,15 +113,17 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
     assert "netem" not in node.sh(NETEM)
     assert _members_up(node) == members
     assert node.sh(UNDO_UNITS).strip() == "0"
+    assert node.sh("ls /run/nodeprep/lab/cloud-notice 2>/dev/null | wc -l").strip() == "0"
     the_undo_outlives_a_lost_drill(node, inventory, workdir, job_vars, name)
     print(f"drill story: {time.monotonic() - began:.0f} s", flush=True)
+    return dict(preempt)
 
 
 def the_undo_outlives_a_lost_drill(
     node: LabNode, inventory: Path, workdir: Path, job_vars: Path, name: str
 ) -> None:
     """The controller and the module on the node SIGKILLed while netem is on: the qdisc goes."""
-    duration = 20
+    duration = 12
     drill = subprocess.Popen(
         [NODEPREP, "drill", str(inventory), "--name", name, "--faults", "netem",
          "--duration", str(duration), "-e", f"@{job_vars}"],

@@ -10,7 +10,7 @@ service, ModifyVolume, the wait for the kernel, growpart and the online ext4 gro
 Stand-ins, each at a boundary that cannot exist here:
 - EC2 is moto on the host's 127.0.0.1, reached from the node through an ssh reverse tunnel
   (the management NIC has restrict=on);
-- the metadata service is tests/cloud_standin.py on a dummy interface at 169.254.169.254 on
+- the metadata service is nodeprep/lab/cloud_standin.py on a dummy interface at 169.254.169.254 on
   the node, serving dummy instance-role credentials;
 - the "hypervisor" thread grows the node's data disk through QMP once moto has accepted a
   modification, late on purpose, as EBS grows a disk under a running instance;
@@ -32,9 +32,10 @@ from spot_notice import _nodeprep
 
 from moto_ec2 import REGION, SANDBOX_ENV, make_volume, moto_server
 from nodeprep import wheel
+from nodeprep.lab import cloud_standin
 from nodeprep.lab.fileserve import reverse_tunnel
 
-STANDIN = Path(__file__).resolve().parents[1] / "cloud_standin.py"
+STANDIN = Path(cloud_standin.__file__)
 GUEST_PORT = 18731  # the node's end of the tunnel to moto
 STATE = "/var/lib/nodeprep/volume-grow"
 # boto3 and what it imports, as wheels for the node's offline install.

@@ -209,3 +209,76 @@ def test_bonds_are_read_from_proc(tmp_path: Path) -> None:
 def test_children_are_found_by_parent_pid() -> None:
     assert os.getpid() in job.children(os.getppid())
     assert os.getpid() in job.descendants(os.getppid())
+
+
+def _job(tmp_path: Path) -> drill.Job:
+    return drill.Job(str(tmp_path), "trainer", 20, lambda: True, list, lambda: 40, lambda: 0)
+
+
+def test_preempt_needs_a_heartbeat_that_watches_a_notice(tmp_path: Path) -> None:
+    config = tmp_path / "heartbeat.json"
+    config.write_text(json.dumps({"probes": [{"name": "bond-peer", "type": "icmp"}]}))
+    with pytest.raises(drill.DrillError, match="watches no cloud interruption notice"):
+        drill.drill_preempt(_job(tmp_path), "d1", 5, 30, list, "true", str(config),
+                            str(tmp_path / "none.json"))  # fmt: skip
+    config.write_text("{not json")
+    assert drill.notice_probe(str(config)) is None
+    config.write_text(json.dumps(["a list"]))
+    assert drill.notice_probe(str(config)) is None
+
+
+def test_preempt_on_a_real_cloud_skips_and_says_how_to_drill_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "heartbeat.json"
+    probe = {"name": "cloud-notice", "type": "spot_notice", "provider": "aws",
+             "url": "http://169.254.169.254"}  # fmt: skip
+    config.write_text(json.dumps({"probes": [{"name": "gpu", "type": "gpu"}, probe]}))
+    record = tmp_path / "standin.json"
+    terminated: list[int] = []
+
+    def terminate() -> list[int]:
+        terminated.append(1)
+        return []
+
+    # No stand-in: the heartbeat reads the cloud's own service. A stand-in whose process is
+    # gone, or that serves another address, is no stand-in either.
+    dead = {"provider": "aws", "url": "http://169.254.169.254:80", "notice_file": "/x",
+            "pid": 2**22 + 7}  # fmt: skip
+    other = {**dead, "url": "http://127.0.0.1:8080", "pid": os.getpid()}
+    for text in (None, json.dumps(dead), json.dumps(other)):
+        if text is None:
+            record.unlink(missing_ok=True)
+        else:
+            record.write_text(text)
+        found = drill.drill_preempt(_job(tmp_path), "d1", 5, 30, terminate, "true", str(config),
+                                    str(record))  # fmt: skip
+        assert found["skipped"] is True, found
+        assert found["passed"] is None, found
+        assert "aws:ec2:send-spot-instance-interruptions" in found["detail"], found
+    assert terminated == []  # nothing was drilled
+    record.write_text(json.dumps({**dead, "pid": os.getpid()}))
+    assert drill.standin(str(record)) is not None
+
+
+def test_a_skipped_drill_is_reported_as_a_skip_not_a_pass(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    lab = tmp_path / "lab.ini"
+    lab.write_text(LAB)
+    skipped = {**_found("preempt", False), "passed": None, "skipped": True, "problems": [],
+               "detail": "drill a reclaim with AWS Fault Injection Service's ..."}  # fmt: skip
+    answers = [_found("kill", True), skipped]
+
+    def fake(request: runner.RunRequest, on_progress: object = None) -> runner.RunResult:
+        return _result([{"host": "node1", "drill": answers.pop(0)}], [])
+
+    monkeypatch.setattr(runner, "run", fake)
+    out_xml = tmp_path / "d.xml"
+    code, out = invoke("drill", str(lab), "--name", "j", "--faults", "kill,preempt",
+                       "--junit", str(out_xml))  # fmt: skip
+    assert code == 0, out
+    assert "PASSED: 1 of 2 drill(s) ran, 1 skipped (preempt)" in out, out
+    assert re.search(r"preempt\s+node1\s+skip", out), out
+    cases = ET.parse(out_xml).getroot().findall(".//testcase")
+    assert cases[1].find("skipped") is not None

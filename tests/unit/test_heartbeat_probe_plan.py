@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cloud_standin import CloudStandIn
 from collection_plugins import module_utils, run_module
 from nodeprep.heartbeat.config import parse
+from nodeprep.lab.cloud_standin import CloudStandIn
 
 probe_plan = module_utils("probe_plan")
 ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT

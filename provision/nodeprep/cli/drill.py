@@ -62,12 +62,16 @@ def _fmt(value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
+def _verdict(found: dict[str, Any]) -> str:
+    return "skip" if found.get("skipped") else "pass" if found.get("passed") else "fail"
+
+
 def _row(found: dict[str, Any]) -> tuple[str, ...]:
     limit = found.get("steps_lost_limit")
     lost = found.get("steps_lost")
     return (
         str(found.get("fault")), str(found.get("host")),
-        "pass" if found.get("passed") else "FAIL", _fmt(found.get("detected_by")),
+        _verdict(found).replace("fail", "FAIL"), _fmt(found.get("detected_by")),
         _fmt(found.get("detect_s")), f"{_fmt(lost)} (limit {limit})",
         _fmt(found.get("next_step_s")), "yes" if found.get("restored") else "NO",
     )  # fmt: skip
@@ -80,7 +84,7 @@ def _check(found: dict[str, Any]) -> report.CheckResult:
         detail = f"{'; '.join(problems)} ({detail})"
     return report.CheckResult(
         str(found.get("host")), f"drill.{found.get('fault')}",
-        "pass" if found.get("passed") else "fail", detail, float(found.get("seconds") or 0),
+        _verdict(found), detail, float(found.get("seconds") or 0),
     )  # fmt: skip
 
 
@@ -93,7 +97,8 @@ def _check(found: dict[str, Any]) -> report.CheckResult:
               help="The node that takes the faults (default: the inventory's first).")  # fmt: skip
 @click.option("--duration", "duration_s", type=click.IntRange(1, 3600), default=20,
               show_default=True,
-              help="Seconds each link, netem or ssh-drop fault lasts.")  # fmt: skip
+              help="Seconds each link, netem or ssh-drop fault lasts, and a preempt "
+              "notice's warning before its SIGTERM.")  # fmt: skip
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON here.")  # fmt: skip
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -243,14 +248,17 @@ def _report(
     if junit_path is not None:
         junit_path.parent.mkdir(parents=True, exist_ok=True)
         junit_path.write_text(report.to_junit(built, "nodeprep drill"))
-    failed = [f["fault"] for f in found if not f.get("passed")]
-    verdict = f"FAILED ({', '.join(failed)})" if failed else "PASSED" if found else "NOT RUN"
-    console.print(f"nodeprep drill: {verdict}: {len(found)} of {asked} drill(s) ran in "
+    failed = [f["fault"] for f in found if _verdict(f) == "fail"]
+    skipped = [f["fault"] for f in found if _verdict(f) == "skip"]
+    ran = len(found) - len(skipped)
+    verdict = f"FAILED ({', '.join(failed)})" if failed else "PASSED" if ran else "NOT RUN"
+    also = f", {len(skipped)} skipped ({', '.join(skipped)})" if skipped else ""
+    console.print(f"nodeprep drill: {verdict}: {ran} of {asked} drill(s) ran{also} in "
                   f"{seconds:.0f} s", markup=False)  # fmt: skip
     return code
 
 
 def _say(console: Console, found: dict[str, Any]) -> None:
     problems = "; ".join(found.get("problems") or [])
-    verdict = "passed" if found.get("passed") else f"FAILED: {problems}"
+    verdict = {"pass": "passed", "skip": "skipped"}.get(_verdict(found), f"FAILED: {problems}")
     console.print(f"      {found.get('detail')}: {verdict}", markup=False)

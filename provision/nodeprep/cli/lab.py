@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from nodeprep.debmirror import MirrorNotFoundError
-from nodeprep.lab import apptainer, faults, lifecycle
+from nodeprep.lab import apptainer, faults, lifecycle, metadata
 from nodeprep.lab.errors import LabError, LabInputError
 from nodeprep.lab.inventory import render_ini
 from nodeprep.lab.node import BOND_NICS, is_our_qemu
@@ -234,6 +234,35 @@ def fault(node: str, action: str, target: str) -> None:
         )
     faults.set_link(record, target, up=action == "link-up")
     click.echo(f"{node}: {target} link {'up' if action == 'link-up' else 'down'}")
+
+
+@lab.command(name="metadata")
+@click.argument("node")
+@click.argument("action", type=click.Choice(["up", "down"]))
+@click.option("--provider", type=click.Choice(list(metadata.PROVIDERS)), default="aws",
+              show_default=True,
+              help="Whose metadata service the stand-in looks like.")  # fmt: skip
+@lab_errors
+def metadata_cmd(node: str, action: str, provider: str) -> None:
+    """Serve a stand-in cloud metadata service inside NODE at 169.254.169.254 (a fake: no cloud
+    account here), or remove it. Provision the heartbeat with heartbeat_cloud=PROVIDER after
+    `up`, and it watches the stand-in's interruption notices; `nodeprep drill --faults
+    preempt` posts one.
+
+    \b
+    Example:
+      nodeprep lab metadata node1 up
+      nodeprep provision lab.ini --tags heartbeat -e heartbeat_cloud=aws
+      nodeprep drill lab.ini --name JOB --faults preempt
+    """
+    state = lifecycle.running_state(lab_dir())
+    target = SshTarget(state.node(node).ssh_port, Path(state.key))
+    if action == "down":
+        metadata.down(target)
+        click.echo(f"{node}: metadata stand-in removed")
+        return
+    url = metadata.up(target, provider)
+    click.echo(f"{node}: {provider} metadata stand-in (a fake) serving at {url}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 from hb_converge import Converger
 
-from cloud_standin import CloudStandIn
 from collection_plugins import module_utils
 from nodeprep.cli import cli
+from nodeprep.lab.cloud_standin import CloudStandIn
 from nspawn_node import Container
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

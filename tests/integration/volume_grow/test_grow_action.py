@@ -32,12 +32,12 @@ from typing import Any
 
 import pytest
 
-from cloud_standin import GCP_PROJECT, GCP_TOKEN, GCP_ZONE, CloudStandIn
 from gce_standin import GceStandIn
 from moto_ec2 import SANDBOX_ENV
 from nodeprep.heartbeat import config as config_mod
 from nodeprep.heartbeat import metrics
 from nodeprep.heartbeat.daemon import Daemon
+from nodeprep.lab.cloud_standin import GCP_PROJECT, GCP_TOKEN, GCP_ZONE, CloudStandIn
 
 from .conftest import REGION, make_volume
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hb_endpoints import Endpoint
 
-from cloud_standin import CloudStandIn
 from nodeprep.heartbeat import cloud_metadata, probes
 from nodeprep.heartbeat.config import ConfigError, parse
+from nodeprep.lab.cloud_standin import CloudStandIn
 
 NOTICES = {
     "aws": 'spot instance-action notice: {"action": "terminate"',

@@ -1,7 +1,9 @@
-"""A FAKE at a true boundary (no AWS, GCP or Azure account here): a real HTTP server on
-127.0.0.1 shaped like one cloud's metadata service, as the heartbeat reads it. The lab's
-spot-notice story runs this file inside a lab VM, serving on an address of a dummy interface
-the test made there (``python3 cloud_standin.py aws HOST PORT NOTICE_FILE``).
+"""A FAKE at a true boundary (no AWS, GCP or Azure account here): a real HTTP server shaped
+like one cloud's metadata service, as the heartbeat reads it. Tests serve it on 127.0.0.1;
+`nodeprep lab metadata NODE up` runs this file inside a lab VM, on 169.254.169.254 (a dummy
+interface), where the heartbeat looks for a cloud's metadata service, so that the `preempt`
+drill can post an interruption notice there (``python3 cloud_standin.py aws HOST PORT
+NOTICE_FILE``). Nothing here talks to a real cloud.
 
 - aws: IMDSv2. ``PUT /latest/api/token`` with a TTL header gives a token; every GET under
   ``/latest/`` without a valid one is HTTP 401. ``spot/instance-action`` is 404 until a
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -185,7 +188,31 @@ class CloudStandIn:
         self._server.server_close()
 
 
+# While it serves inside a VM, this record says where and how to post a notice; the preempt
+# drill (plugins/module_utils/drill.py) reads it, and only drills a notice it can post here.
+RECORD = "/run/nodeprep/metadata-standin.json"
+
+
+def serve(provider: str, host: str, port: int, notice_file: str, record: str = RECORD) -> None:
+    """Serve until SIGTERM; the record exists while it does."""
+    standin = CloudStandIn(provider, host=host, port=port, notice_file=notice_file)
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    with open(record + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump({"provider": provider, "url": standin.url, "notice_file": notice_file,
+                   "pid": os.getpid(), "fake": True}, handle)  # fmt: skip
+    os.replace(record + ".tmp", record)
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        standin._server.serve_forever(poll_interval=0.05)
+    finally:
+        for path in (record, notice_file):
+            if path and os.path.exists(path):
+                os.unlink(path)
+
+
 if __name__ == "__main__":  # inside a lab VM: python3 cloud_standin.py aws HOST PORT NOTICE_FILE
-    provider, host, port, notice_file = sys.argv[1:5]
-    standin = CloudStandIn(provider, host=host, port=int(port), notice_file=notice_file)
-    standin._server.serve_forever(poll_interval=0.05)
+    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
