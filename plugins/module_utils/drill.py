@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 # Every fault the drill command knows, in the order of the issue that asked for them.
 FAULTS = ("kill", "preempt", "link", "blackhole", "netem", "disk-full", "ssh-drop", "reboot")
 # The faults this release can inject; the others are refused by name (exit 2), never faked.
-BUILT = ("kill", "preempt", "link", "netem", "ssh-drop")
+BUILT = ("kill", "preempt", "link", "netem", "disk-full", "ssh-drop")
 # Faults that can cut a node off its network; outside the lab they need --yes.
 CUTS_OFF = ("link", "blackhole", "netem", "reboot")
 # Steps a fault may cost: None means "at most the job's checkpoint interval".
@@ -41,7 +41,6 @@ STEPS_LOST_LIMIT: dict[str, int | None] = {
 }  # fmt: skip
 WHY_NOT_BUILT = {
     "blackhole": "needs nftables on the node and the nic_bond role's ARP monitoring",
-    "disk-full": "needs the trainer's save-failure report to be read by the drill",
     "reboot": "needs the controller to wait through the node's boot",
 }
 
@@ -63,6 +62,9 @@ PROVIDER_DRILLS = {
 _STEP = re.compile(r"^step (\d+) loss=\S+ t=([0-9.]+)")
 _START = re.compile(r"^start step=(\d+) ")  # then resumed=True|False
 _TORCHRUN_SAW = re.compile(r"failed \(exitcode: |Restarting worker group")
+_SAVE_FAILED = re.compile(r"saving checkpoint (\S+) in \S+ failed")
+_PROBE_DOWN = re.compile(r'^nodeprep_heartbeat_probe_up\{probe="([^"]+)",type="free_space"\} 0')
+FILL_PREFIX = ".nodeprep-drill-fill-"
 _ROOT_QDISC = re.compile(r"^qdisc (\S+) ([0-9a-f]+:) root")
 
 
@@ -339,6 +341,7 @@ class Job:
         committed: Callable[[], int | None],
         emergencies: Callable[[], int],
         sessions: Callable[[], set[str]] = set,
+        newest: Callable[[], dict[str, Any] | None] = lambda: None,
     ) -> None:
         self.run_dir = run_dir
         self.log = os.path.join(run_dir, "train.log")
@@ -349,6 +352,7 @@ class Job:
         self.committed = committed
         self.emergencies = emergencies
         self.sessions = sessions
+        self.newest = newest  # the newest checkpoint: step, bytes, verified (reads it)
 
 
 def _result(fault: str, job: Job, **fields: Any) -> dict[str, Any]:
@@ -440,7 +444,7 @@ def drill_kill(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
     fault_time = time.time()
     os.kill(victim, 9)
     timeline = Timeline(fault_time)
-    deadline = fault_time + timeout_s
+    deadline = time.time() + timeout_s
     while time.time() < deadline and timeline.resumed_from is None:
         timeline.feed(watch.poll())
         time.sleep(0.05)
@@ -475,6 +479,7 @@ def drill_kill(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
 def _steady(
     fault: str, job: Job, inject: Callable[[], None], undo: Undo, duration_s: float,
     timeout_s: float, iface: str, detail: str, watch_fault: Callable[[float], Any] | None = None,
+    until: Callable[[], bool] | None = None, trip_ok: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """A fault the job must ride out: no restart, no trip, no step lost."""
     watch = LogWatch(job.log)
@@ -489,8 +494,8 @@ def _steady(
     try:
         inject()
         timeline = Timeline(fault_time)
-        end = fault_time + duration_s
-        while time.time() < end:
+        end, limit = fault_time + duration_s, fault_time + max(duration_s, timeout_s)
+        while time.time() < end or (until is not None and not until() and time.time() < limit):
             timeline.feed(watch.poll())
             if watch_fault is not None and detected is None:
                 detected = watch_fault(fault_time)
@@ -515,7 +520,7 @@ def _steady(
         result["problems"].append("the job restarted during the fault")
     else:
         result["steps_lost"] = 0
-    if job.emergencies() > trips:
+    if job.emergencies() > trips and not trip_ok:
         result["problems"].append("the heartbeat tripped (an emergency checkpoint was taken)")
     if not job.alive():
         result["problems"].append("the job is no longer running")
@@ -793,6 +798,182 @@ def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
         result["problems"].append(f"bond {bond['name']} did not fail over from {member}")
         result["passed"] = False
     return result
+
+
+def mount_point(path: str) -> str:
+    """The mount point of the filesystem that holds PATH."""
+    path = os.path.realpath(path)
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def fs_type(mount: str, mounts: str = "/proc/self/mounts") -> str:
+    """The type of the filesystem mounted at MOUNT (the last mount there wins)."""
+    found = ""
+    try:
+        with open(mounts, encoding="utf-8") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) >= 3 and fields[1].replace("\\040", " ") == mount:
+                    found = fields[2]
+    except OSError:
+        return ""
+    return found
+
+
+def free_space_probes(config: str = HEARTBEAT_CONFIG) -> list[tuple[str, str]]:
+    """(name, path) of each free_space probe in the heartbeat's config."""
+    try:
+        with open(config, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return []
+    probes = data.get("probes") if isinstance(data, dict) else None
+    return [(str(p.get("name")), str(p.get("path"))) for p in probes or []
+            if isinstance(p, dict) and p.get("type") == "free_space" and p.get("path")]  # fmt: skip
+
+
+def probes_down(metrics: str) -> set[str]:
+    """The free_space probes the heartbeat's metrics textfile says failed last."""
+    try:
+        with open(metrics, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return set()
+    return {m.group(1) for m in map(_PROBE_DOWN.match, text.splitlines()) if m}
+
+
+class _Fill:
+    """What the disk-full drill saw while the checkpoint filesystem was full."""
+
+    def __init__(self, watch: LogWatch, watched: list[str], metrics: str) -> None:
+        self.watch, self.watched, self.metrics = watch, watched, metrics
+        self.failed: tuple[float, str] | None = None  # when, the trainer's line
+        self.reported: tuple[float, str] | None = None  # when, the heartbeat's probe
+        self.committed_then: int | None = None
+        self.lines: list[tuple[float, str]] = []
+
+    def look(self, job: Job) -> bool:
+        """True once the fault has shown what it must: a failed save (and the heartbeat's
+        report where it watches the filesystem)."""
+        for seen, line in self.watch.poll():
+            self.lines.append((seen, line))
+            if self.failed is None and _SAVE_FAILED.search(line):
+                self.failed = (seen, line.strip())
+                self.committed_then = job.committed()
+        if self.watched and self.reported is None:
+            down = probes_down(self.metrics) & set(self.watched)
+            if down:
+                self.reported = (time.time(), sorted(down)[0])
+        return self.failed is not None and (self.reported is not None or not self.watched)
+
+    def judge(self, newest: dict[str, Any], mount: str, said: list[str]) -> list[str]:
+        problems = []
+        if self.failed is None:
+            problems.append("no save failed while the disk was full")
+        else:
+            said.append(f"the trainer: {self.failed[1][-160:]}")
+            if self.committed_then is not None and self.committed_then < int(newest["step"]):
+                problems.append(f"the newest checkpoint went from step {newest['step']} to "
+                                f"{self.committed_then}")  # fmt: skip
+        if self.reported is not None:
+            said.append(f"the heartbeat's {self.reported[1]} probe reported it")
+        elif self.watched:
+            problems.append(
+                f"the heartbeat's free-space probe(s) {', '.join(self.watched)} did not report it"
+            )
+        else:
+            said.append(f"the heartbeat watches no free space on {mount}")
+        return problems
+
+
+def drill_disk_full(
+    job: Job, drill_id: str, duration_s: float, timeout_s: float, metrics: str,
+    config: str = HEARTBEAT_CONFIG,
+) -> dict[str, Any]:  # fmt: skip
+    """Fill the checkpoint filesystem until less than one checkpoint fits: the next save
+    fails clearly, the newest checkpoint stays and verifies, the heartbeat's free-space probe
+    on that filesystem (where it has one) reports it; the fill goes and the next save
+    commits. Training goes on throughout: no step lost."""
+    root = os.path.join(job.run_dir, "checkpoints")
+    newest = job.newest()
+    if not newest or not newest.get("bytes"):
+        raise DrillError(
+            f"the job in {job.run_dir} has no committed checkpoint yet; the disk-full drill sizes "
+            "its fill by one and checks it stays (see --checkpoint-every)."
+        )
+    mount = mount_point(root)
+    if mount == "/":
+        raise DrillError(
+            f"the checkpoints ({root}) are on the root filesystem; filling it would starve the "
+            "node's own services (the journal, sshd, package updates); drill disk-full on a job "
+            "whose run dir is on a data disk."
+        )
+    if fs_type(mount) in ("tmpfs", "ramfs"):
+        raise DrillError(
+            f"the checkpoints ({root}) are on a {fs_type(mount)} ({mount}); filling it would "
+            "take the node's memory, not a disk; drill disk-full on a job whose run dir is on "
+            "a disk."
+        )
+    fill = os.path.join(job.run_dir, FILL_PREFIX + drill_id)
+    keep = int(newest["bytes"]) // 2  # less than one checkpoint fits
+    watched = [name for name, path in free_space_probes(config) if mount_point(path) == mount]
+    undo = Undo(drill_id, f"rm -f {shlex.quote(fill)}", timeout_s + 5, "disk-full")
+    seen = _Fill(LogWatch(job.log), watched, metrics)
+    filled: list[tuple[int, float]] = []  # bytes, when
+
+    def inject() -> None:
+        stat = os.statvfs(root)
+        size = stat.f_bavail * stat.f_frsize - keep
+        if size <= 0:
+            raise DrillError(f"{mount} has less than one checkpoint free already; free space.")
+        fd = os.open(fill, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            raise DrillError(f"cannot fill {mount} with fallocate: {exc}") from exc
+        finally:
+            os.close(fd)
+        filled.append((size, time.time()))
+
+    result = _steady("disk-full", job, inject, undo, duration_s, timeout_s, "",
+                     f"{mount} filled", until=lambda: seen.look(job), trip_ok=True)  # fmt: skip
+    size, filled_at = filled[0] if filled else (0, time.time())
+    step, nbytes = newest.get("step"), newest.get("bytes")
+    said = [f"{mount} filled with {size / 2**30:.2f} GiB ({fill}) leaving {keep} bytes, half "
+            f"the newest checkpoint (step {step}, {nbytes} bytes)"]  # fmt: skip
+    problems = result["problems"]
+    problems += seen.judge(newest, mount, said)
+    if seen.failed is not None:
+        result["detected_by"] = "trainer"
+        result["detect_s"] = round(seen.failed[0] - filled_at, 2)
+    problems += _space_back(job, timeout_s, said)
+    if os.path.exists(fill):
+        result["left"].append(f"the fill {fill} is still there")
+        result["restored"] = False
+        problems.append(f"the node is not as it was: the fill {fill} is still there")
+    result["detail"] = "; ".join(said)
+    result["passed"] = not problems
+    return result
+
+
+def _space_back(job: Job, timeout_s: float, said: list[str]) -> list[str]:
+    """After the fill: the newest checkpoint verifies, and the next save commits."""
+    problems = []
+    kept = job.newest()
+    if not kept or not kept.get("verified"):
+        problems.append(f"the newest checkpoint does not verify after the fault: {kept}")
+    before = job.committed() or 0
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and (job.committed() or 0) <= before:
+        time.sleep(0.2)
+    after = job.committed()
+    if after is None or after <= before:
+        problems.append(f"no save committed within {timeout_s:g} s of the space's return")
+    else:
+        said.append(f"the next save committed step {after}")
+    return problems
 
 
 def _sessions(user: str) -> list[str]:

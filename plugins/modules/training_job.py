@@ -674,8 +674,16 @@ def _drill_job(node: Node) -> dr.Job:
         held = dr.session_of(pane["pid"]) if pane else ""
         return {held} if held else set()
 
+    def newest() -> dict[str, Any] | None:
+        found = newest_checkpoint(node.run_dir, time.time())
+        if found is None:
+            return None
+        where = os.path.join(node.run_dir, "checkpoints", found["name"])
+        sizes = [os.path.getsize(os.path.join(where, f)) for f in os.listdir(where)]
+        return {**found, "bytes": sum(sizes)}
+
     return dr.Job(node.run_dir, node.account.pw_name, dr.checkpoint_every(command), alive,
-                  workers, committed, emergencies, sessions)  # fmt: skip
+                  workers, committed, emergencies, sessions, newest)  # fmt: skip
 
 
 def terminate(node: Node) -> list[int]:
@@ -733,6 +741,9 @@ def drill(node: Node) -> dict[str, Any]:
                                     p["netem_delay_ms"], p["netem_loss_pct"])  # fmt: skip
         elif p["fault"] == "link":
             result = dr.drill_link(target, p["drill_id"], duration, timeout)
+        elif p["fault"] == "disk-full":
+            result = dr.drill_disk_full(target, p["drill_id"], duration, timeout,
+                                        p["heartbeat_metrics_path"])  # fmt: skip
         elif p["fault"] == "preempt":
             result = dr.drill_preempt(target, p["drill_id"], duration, timeout,
                                       lambda: terminate(node), revive_script(node))  # fmt: skip

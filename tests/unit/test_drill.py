@@ -282,3 +282,39 @@ def test_a_skipped_drill_is_reported_as_a_skip_not_a_pass(
     assert re.search(r"preempt\s+node1\s+skip", out), out
     cases = ET.parse(out_xml).getroot().findall(".//testcase")
     assert cases[1].find("skipped") is not None
+
+
+def test_disk_full_reads_the_heartbeat_and_refuses_what_it_must_not_fill(tmp_path: Path) -> None:
+    config = tmp_path / "heartbeat.json"
+    config.write_text(json.dumps({"probes": [
+        {"name": "data-space", "type": "free_space", "path": "/data"},
+        {"name": "data-write", "type": "writable", "path": "/data/probe"},
+    ]}))  # fmt: skip
+    assert drill.free_space_probes(str(config)) == [("data-space", "/data")]
+    metrics = tmp_path / "hb.prom"
+    metrics.write_text(
+        'nodeprep_heartbeat_probe_up{probe="data-space",type="free_space"} 0.0\n'
+        'nodeprep_heartbeat_probe_up{probe="root-space",type="free_space"} 1.0\n'
+        'nodeprep_heartbeat_probe_up{probe="bond-peer",type="icmp"} 0.0\n'
+    )
+    assert drill.probes_down(str(metrics)) == {"data-space"}
+    assert drill.probes_down(str(tmp_path / "none.prom")) == set()
+    mounts = tmp_path / "mounts"
+    mounts.write_text("tmpfs /run tmpfs rw 0 0\n/dev/vdb1 /data ext4 rw 0 0\n"
+                      "/dev/x /my\\040disk xfs rw 0 0\n")  # fmt: skip
+    assert drill.fs_type("/data", str(mounts)) == "ext4"
+    assert drill.fs_type("/my disk", str(mounts)) == "xfs"
+    assert drill.mount_point(str(tmp_path)) in ("/", "/tmp", str(tmp_path.anchor))
+    # No checkpoint yet: nothing to size the fill by, nothing to keep.
+    with pytest.raises(drill.DrillError, match="has no committed checkpoint yet"):
+        drill.drill_disk_full(_job(tmp_path), "d1", 5, 30, str(metrics), str(config))
+    # The root filesystem is never filled: the node's own services live there.
+    rooted = drill.Job("/", "trainer", 20, lambda: True, list, lambda: 40, lambda: 0,
+                       newest=lambda: {"step": 40, "bytes": 4096, "verified": True})  # fmt: skip
+    with pytest.raises(drill.DrillError, match="are on the root filesystem"):
+        drill.drill_disk_full(rooted, "d1", 5, 30, str(metrics), str(config))
+    memory = drill.Job("/dev/shm/x", "trainer", 20, lambda: True, list, lambda: 40, lambda: 0,
+                       newest=lambda: {"step": 40, "bytes": 4096, "verified": True})  # fmt: skip
+    if drill.fs_type("/dev/shm") == "tmpfs":
+        with pytest.raises(drill.DrillError, match="would take the node's memory"):
+            drill.drill_disk_full(memory, "d1", 5, 30, str(metrics), str(config))
