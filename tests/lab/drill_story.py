@@ -1,18 +1,22 @@
 """`nodeprep drill` against the quick start node's running job (the spot story's job, the
 reference trainer in the image under torchrun, a checkpoint every 20 steps).
 
-One run drills kill, netem, link, ssh-drop, disk-full and preempt in turn: each meets its
-limit (kill: at most 20 steps lost, seen by torchrun; netem, link, ssh-drop: none lost, no
-restart, no trip; link: the bond fails over; disk-full: /data filled until less than one
-checkpoint fits, a save fails with the trainer's sentence, the heartbeat's free-space probe
-reports it, the newest checkpoint verifies, the fill goes and the next save commits, no
-step lost; preempt: the notice posted at the node's metadata stand-in
-is seen by the heartbeat, whose emergency checkpoint the caller bounds, then SIGTERM, and
-the job, started again, loses at most 1 step), the login session the test opened as the
-job's user is ended while the job goes on, and afterwards the node is as it was (no netem
-qdisc, both bond members up, no notice, no undo unit left). Then a netem drill whose
-controller and node-side module are both SIGKILLed mid-fault: the undo timer the module
-armed removes the qdisc on its own, duration + 5 s after the fault.
+One run drills netem, link, ssh-drop, disk-full and preempt in turn: each meets its limit
+(netem, link, ssh-drop: none lost, no restart, no trip; link: the bond fails over;
+disk-full: /data filled until less than one checkpoint fits, a save fails with the
+trainer's sentence, the heartbeat's free-space probe reports it, the newest checkpoint
+verifies, the fill goes and the next save commits, no step lost; preempt: the notice posted
+at the node's metadata stand-in is seen by the heartbeat, whose emergency checkpoint the
+caller bounds, then SIGTERM, and the job, started again, loses at most 1 step). The login
+session the test opened as the job's user is ended while the job goes on, and afterwards
+the node is as it was (no netem qdisc, both bond members up, no notice, no fill, no undo
+unit left). Then a netem drill whose controller and node-side module are both SIGKILLed
+mid-fault: the undo timer the module armed removes the qdisc on its own, duration + 5 s
+after the fault.
+
+The kill drill is not here: it runs against two ranks under a real torchrun in the
+integration tier (tests/integration/job/test_job_local.py), and each torch start in this
+emulated VM costs about a minute of the CI budget; preempt's restart is the one paid here.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         report = workdir / "drill.json"
         done = subprocess.run(
             [NODEPREP, "drill", str(inventory), "--name", name, "--faults",
-             "kill,netem,link,ssh-drop,disk-full,preempt", "--duration", str(DURATION_S), "--fast",
+             "netem,link,ssh-drop,disk-full,preempt", "--duration", str(DURATION_S), "--fast",
              "-e", f"@{job_vars}", "--json", str(report)],
             capture_output=True, text=True, env=node.env, timeout=1500, check=False,
             cwd=workdir,
@@ -88,12 +92,8 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         print(done.stdout[-6000:], done.stderr[-3000:], flush=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         drills = {d["fault"]: d for d in json.loads(report.read_text())["drills"]}
-        assert sorted(drills) == ["disk-full", "kill", "link", "netem", "preempt", "ssh-drop"]
+        assert sorted(drills) == ["disk-full", "link", "netem", "preempt", "ssh-drop"]
         assert all(d["passed"] for d in drills.values()), drills
-        kill = drills["kill"]
-        assert kill["detected_by"] == "torchrun", kill
-        assert kill["steps_lost"] <= 20 == kill["steps_lost_limit"], kill
-        assert kill["resumed_from"] % 20 == 0, kill
         assert drills["link"]["detected_by"] == "bond", drills["link"]
         for fault in ("netem", "link", "ssh-drop", "disk-full"):
             assert drills[fault]["steps_lost"] == 0, drills[fault]
