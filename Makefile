@@ -41,7 +41,7 @@ lint: setup
 	    $(BIN)/ansible-lint --profile production --offline playbooks roles'
 
 test-unit: setup
-	@bash .ci/timed unit -- $(PYTEST) tests/unit
+	@bash .ci/timed unit -- $(PYTEST) --durations=15 tests/unit
 
 test-integration: setup
 	@bash .ci/timed integration -- $(PYTEST) --durations=30 tests/integration

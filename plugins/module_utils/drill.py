@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 # Every fault the drill command knows, in the order of the issue that asked for them.
 FAULTS = ("kill", "preempt", "link", "blackhole", "netem", "disk-full", "ssh-drop", "reboot")
 # The faults this release can inject; the others are refused by name (exit 2), never faked.
-BUILT = ("kill", "preempt", "link", "netem", "ssh-drop")
+BUILT = ("kill", "preempt", "link", "netem", "disk-full", "ssh-drop")
 # Faults that can cut a node off its network; outside the lab they need --yes.
 CUTS_OFF = ("link", "blackhole", "netem", "reboot")
 # Steps a fault may cost: None means "at most the job's checkpoint interval".
@@ -41,7 +41,6 @@ STEPS_LOST_LIMIT: dict[str, int | None] = {
 }  # fmt: skip
 WHY_NOT_BUILT = {
     "blackhole": "needs nftables on the node and the nic_bond role's ARP monitoring",
-    "disk-full": "needs the trainer's save-failure report to be read by the drill",
     "reboot": "needs the controller to wait through the node's boot",
 }
 
@@ -53,6 +52,7 @@ RECORD_DIR = "/run/nodeprep/drills"
 # notice only through a stand-in; on a real cloud it says how to ask the provider instead.
 HEARTBEAT_CONFIG = "/etc/nodeprep/heartbeat.json"
 STANDIN_RECORD = "/run/nodeprep/metadata-standin.json"
+METADATA_URL = "http://169.254.169.254"  # where the heartbeat asks when its probe names none
 PROVIDER_DRILLS = {
     "aws": "AWS Fault Injection Service's aws:ec2:send-spot-instance-interruptions action "
     "against this instance (a real two-minute notice, then the reclaim)",
@@ -63,6 +63,9 @@ PROVIDER_DRILLS = {
 _STEP = re.compile(r"^step (\d+) loss=\S+ t=([0-9.]+)")
 _START = re.compile(r"^start step=(\d+) ")  # then resumed=True|False
 _TORCHRUN_SAW = re.compile(r"failed \(exitcode: |Restarting worker group")
+_SAVE_FAILED = re.compile(r"saving checkpoint (\S+) in \S+ failed")
+_PROBE_DOWN = re.compile(r'^nodeprep_heartbeat_probe_up\{probe="([^"]+)",type="free_space"\} 0')
+FILL_PREFIX = ".nodeprep-drill-fill-"
 _ROOT_QDISC = re.compile(r"^qdisc (\S+) ([0-9a-f]+:) root")
 
 
@@ -339,6 +342,7 @@ class Job:
         committed: Callable[[], int | None],
         emergencies: Callable[[], int],
         sessions: Callable[[], set[str]] = set,
+        newest: Callable[[str], dict[str, Any] | None] = lambda _name: None,
     ) -> None:
         self.run_dir = run_dir
         self.log = os.path.join(run_dir, "train.log")
@@ -349,6 +353,7 @@ class Job:
         self.committed = committed
         self.emergencies = emergencies
         self.sessions = sessions
+        self.newest = newest  # a checkpoint by name ("": the newest): step, bytes, verified
 
 
 def _result(fault: str, job: Job, **fields: Any) -> dict[str, Any]:
@@ -440,7 +445,7 @@ def drill_kill(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
     fault_time = time.time()
     os.kill(victim, 9)
     timeline = Timeline(fault_time)
-    deadline = fault_time + timeout_s
+    deadline = time.time() + timeout_s
     while time.time() < deadline and timeline.resumed_from is None:
         timeline.feed(watch.poll())
         time.sleep(0.05)
@@ -472,9 +477,30 @@ def drill_kill(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
     return _judge(result)
 
 
+def _ride(
+    watch: LogWatch, timeline: Timeline, fault_time: float, duration_s: float, limit_s: float,
+    watch_fault: Callable[[float], Any] | None, until: Callable[[], bool] | None,
+) -> Any:  # fmt: skip
+    """Let the fault last DURATION_S from the end of its injection (a fill may take a while),
+    and, with UNTIL, on until it says so or LIMIT_S; what WATCH_FAULT first saw."""
+    injected = time.time()
+    end, limit = injected + duration_s, injected + limit_s
+    detected: Any = None
+    while True:
+        done = until() if until is not None else True  # looked at every turn, for its times
+        now = time.time()
+        if now >= limit or (now >= end and done):
+            return detected
+        timeline.feed(watch.poll())
+        if watch_fault is not None and detected is None:
+            detected = watch_fault(fault_time)
+        time.sleep(0.02)
+
+
 def _steady(
     fault: str, job: Job, inject: Callable[[], None], undo: Undo, duration_s: float,
     timeout_s: float, iface: str, detail: str, watch_fault: Callable[[float], Any] | None = None,
+    until: Callable[[], bool] | None = None, trip_ok: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """A fault the job must ride out: no restart, no trip, no step lost."""
     watch = LogWatch(job.log)
@@ -485,16 +511,11 @@ def _steady(
     trips = job.emergencies()
     undo.arm()
     fault_time = time.time()
-    detected: Any = None
+    timeline = Timeline(fault_time)
     try:
         inject()
-        timeline = Timeline(fault_time)
-        end = fault_time + duration_s
-        while time.time() < end:
-            timeline.feed(watch.poll())
-            if watch_fault is not None and detected is None:
-                detected = watch_fault(fault_time)
-            time.sleep(0.02)
+        limit_s = max(duration_s, timeout_s)
+        detected = _ride(watch, timeline, fault_time, duration_s, limit_s, watch_fault, until)
     finally:
         rc, err = undo.now()
     undone_at = time.time()
@@ -515,7 +536,7 @@ def _steady(
         result["problems"].append("the job restarted during the fault")
     else:
         result["steps_lost"] = 0
-    if job.emergencies() > trips:
+    if job.emergencies() > trips and not trip_ok:
         result["problems"].append("the heartbeat tripped (an emergency checkpoint was taken)")
     if not job.alive():
         result["problems"].append("the job is no longer running")
@@ -528,33 +549,48 @@ def _steady(
     return _judge(result)
 
 
-def notice_probe(config: str = HEARTBEAT_CONFIG) -> dict[str, Any] | None:
-    """The heartbeat's cloud-notice probe (type spot_notice) from its config, if it has one."""
+def _load(path: str) -> dict[str, Any]:
+    """A JSON object from PATH ({} when it is missing, unreadable or not an object)."""
     try:
-        with open(config, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError):
-        return None
-    probes = data.get("probes") if isinstance(data, dict) else None
-    for probe in probes if isinstance(probes, list) else []:
-        if isinstance(probe, dict) and probe.get("type") == "spot_notice":
-            return probe
-    return None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _probes(config: str, kind: str) -> list[dict[str, Any]]:
+    probes = _load(config).get("probes")
+    return [p for p in probes if isinstance(p, dict) and p.get("type") == kind] if isinstance(
+        probes, list) else []  # fmt: skip
+
+
+def notice_probe(config: str = HEARTBEAT_CONFIG) -> dict[str, Any] | None:
+    """The heartbeat's cloud-notice probe (type spot_notice) from its config, if it has one."""
+    found = _probes(config, "spot_notice")
+    return found[0] if found else None
 
 
 def standin(record: str = STANDIN_RECORD) -> dict[str, Any] | None:
     """The metadata stand-in serving on this node: its record, while its process lives."""
+    data = _load(record)
     try:
-        with open(record, encoding="utf-8") as handle:
-            data = json.load(handle)
         os.kill(int(data["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return None
-    return data if isinstance(data, dict) and data.get("notice_file") else None
+    return data if data.get("notice_file") else None
 
 
 def _host(url: Any) -> str:
     return urlsplit(str(url or "")).hostname or ""
+
+
+def _num(record: dict[str, Any], key: str) -> float | None:
+    """A record's number, or None where it is missing or not a number."""
+    try:
+        return float(record[key])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def emergency_records(run_dir: str, start: int) -> list[dict[str, Any]]:
@@ -593,13 +629,20 @@ def _notice_target(job: Job, config: str, record: str) -> tuple[str, dict[str, A
             "first: `nodeprep lab metadata NODE up`)."
         )
     provider = str(probe.get("provider") or "aws")
+    url = probe.get("url") or METADATA_URL
     served = standin(record)
-    if served is None or _host(served.get("url")) != _host(probe.get("url")):
+    if served is None or _host(served.get("url")) != _host(url):
         how = PROVIDER_DRILLS.get(provider, "the provider's own fault-injection service")
         return "", _skipped("preempt", job, (
-            f"the heartbeat watches {provider}'s own metadata service ({probe.get('url')}), "
-            f"where no drill can post a real notice; drill a reclaim with {how}"
+            f"the heartbeat watches {provider}'s own metadata service ({url}), where no drill "
+            f"can post a real notice; drill a reclaim with {how}"
         ))  # fmt: skip
+    if served.get("provider") != provider:
+        raise DrillError(
+            f"the metadata stand-in on this node looks like {served.get('provider')}'s, but the "
+            f"heartbeat reads it as {provider}'s, so it would not understand the notice; start "
+            f"the stand-in as {provider} (`nodeprep lab metadata NODE up --provider {provider}`)."
+        )
     _rc, out, _err = run(["systemctl", "is-active", "nodeprep-heartbeat"])
     if out.strip() != "active":
         raise DrillError(
@@ -607,6 +650,27 @@ def _notice_target(job: Job, config: str, record: str) -> tuple[str, dict[str, A
             f"{out.strip() or 'unknown'}), so the notice would reach nobody; start it first."
         )
     return provider, served
+
+
+def _trip_quiet(config: str, metrics: str, timeout_s: float) -> None:
+    """Wait out the heartbeat's min_trip_interval_s after its last trip (an earlier drill's),
+    in which it would not act on the notice."""
+    actions = _load(config).get("actions")
+    quiet = _num(actions, "min_trip_interval_s") if isinstance(actions, dict) else None
+    quiet = 30.0 if quiet is None else quiet
+    try:
+        with open(metrics, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return
+    found = re.search(r'^nodeprep_heartbeat_last_action_timestamp_seconds\{action="trip"\} (\S+)',
+                      text, re.M)  # fmt: skip
+    if found:
+        try:
+            wait = float(found.group(1)) + quiet + 1 - time.time()
+        except ValueError:
+            return
+        time.sleep(min(max(0.0, wait), timeout_s))
 
 
 class _Reclaim:
@@ -623,16 +687,27 @@ class _Reclaim:
         self.reached: tuple[int, float] | None = None
         self.saves: list[dict[str, Any]] = []
 
+    def _notice_save(self) -> dict[str, Any] | None:
+        """The first emergency checkpoint asked for after the notice (not by a SIGTERM)."""
+        for record in emergency_records(self.job.run_dir, self.seen):
+            signalled = _num(record, "signal_time")
+            late = signalled is not None and signalled >= self.fault_time
+            if record.get("signal") != "SIGTERM" and late and _num(record, "committed_time"):
+                return record
+        return None
+
     def notice_then_sigterm(
         self, notice: str, text: str, duration_s: float, timeout_s: float,
         terminate: Callable[[], list[int]],
     ) -> None:  # fmt: skip
         with open(notice, "w", encoding="utf-8") as handle:
             handle.write(text)
+        self.fault_time = time.time()  # the notice is there from now
+        self.timeline = Timeline(self.fault_time)
         while time.time() < self.fault_time + duration_s:
             self.timeline.feed(self.watch.poll())
             if self.trip is None:
-                self.trip = next(iter(emergency_records(self.job.run_dir, self.seen)), None)
+                self.trip = self._notice_save()
             time.sleep(0.05)
         self.term_time = time.time()
         self.signalled = terminate()
@@ -649,10 +724,12 @@ class _Reclaim:
         said = [f"notice posted at the {provider} stand-in ({url}), SIGTERM {grace:.1f} s "
                 f"later to pid(s) {self.signalled}"]  # fmt: skip
         if self.trip is not None:
-            said.append(f"the notice's checkpoint: step {self.trip.get('step')}")
+            said.append(f"the notice's checkpoint: step {self.trip.get('step')} "
+                        f"({self.trip.get('signal')})")  # fmt: skip
         term = next((r for r in self.saves if r.get("signal") == "SIGTERM"), None)
-        if term is not None:
-            after = float(term["committed_time"]) - self.term_time
+        committed = _num(term, "committed_time") if term is not None else None
+        if term is not None and committed is not None:
+            after = committed - self.term_time
             said.append(f"the SIGTERM's: step {term.get('step')}, committed {after:.2f} s after it")
         return "; ".join(said)
 
@@ -660,7 +737,7 @@ class _Reclaim:
 def drill_preempt(
     job: Job, drill_id: str, duration_s: float, timeout_s: float,
     terminate: Callable[[], list[int]], revive: str,
-    config: str = HEARTBEAT_CONFIG, record: str = STANDIN_RECORD,
+    config: str = HEARTBEAT_CONFIG, record: str = STANDIN_RECORD, metrics: str = "",
 ) -> dict[str, Any]:  # fmt: skip
     """A spot reclaim as the node sees it: the cloud's interruption notice appears where the
     heartbeat probes, then SIGTERM reaches the job DURATION_S later (the notice's warning,
@@ -673,40 +750,63 @@ def drill_preempt(
     if not provider:
         return served  # the skip
     notice = str(served["notice_file"])
+    if metrics:
+        _trip_quiet(config, metrics, timeout_s)
     watch = LogWatch(job.log)
     _settle(job, watch, timeout_s)
     committed = job.committed()
-    undo = Undo(drill_id, f"rm -f {shlex.quote(notice)}; {revive}", duration_s + timeout_s + 5,
-                "preempt")  # fmt: skip
+    undo = Undo(drill_id, f"rm -f {shlex.quote(notice)}; {revive}",
+                duration_s + 2 * timeout_s + 5, "preempt")  # fmt: skip
     reclaim = _Reclaim(job, watch, job.emergencies())
     undo.arm()
     try:
         reclaim.notice_then_sigterm(notice, f"posted by nodeprep drill {drill_id}\n",
                                     duration_s, timeout_s, terminate)  # fmt: skip
     finally:
-        rc, err = undo.now()  # the notice goes; the job starts again
-    reached, trip, timeline = reclaim.reached, reclaim.trip, reclaim.timeline
+        if reclaim.stopped or not reclaim.signalled:
+            rc, err = undo.now()  # the notice goes; the job starts again
+        else:  # still stopping: the armed timer starts it again once it is down
+            rc, err = run(["rm", "-f", notice])[0], ""
+    reached, trip = reclaim.reached, reclaim.trip
     result = _result("preempt", job, step_at_fault=reached[0] if reached else None,
                      committed_at_fault=committed,
                      detail=reclaim.detail(provider, served.get("url")))  # fmt: skip
     if rc != 0:
         result["problems"].append(f"the undo failed: {err}")
-    if trip is not None:
-        signalled = float(trip["signal_time"])
+    signalled = _num(trip, "signal_time") if trip is not None else None
+    saved = _num(trip, "committed_time") if trip is not None else None
+    if signalled is not None and saved is not None:
         result["detected_by"] = "heartbeat"
         result["detect_s"] = round(signalled - reclaim.fault_time, 3)
-        result["checkpoint_s"] = round(float(trip["committed_time"]) - signalled, 3)
+        result["checkpoint_s"] = round(saved - signalled, 3)
     else:
         result["problems"].append(
             f"no emergency checkpoint was committed within the notice's {duration_s:g} s: the "
             "heartbeat did not trip, or the trainer did not save"
         )
     if not reclaim.stopped:
-        result["problems"].append(f"the job did not stop within {timeout_s:g} s of SIGTERM")
-        return _judge(result)
+        result["problems"].append(
+            f"the job did not stop within {timeout_s:g} s of SIGTERM; its undo timer starts it "
+            "again once it has"
+        )
+        result["restored"], result["left"] = False, ["the job still stopping"]
+        result["passed"] = False
+        return result
+    _resumed(result, reclaim, timeout_s)
+    left = [f"the notice {notice} is still there"] if os.path.exists(notice) else []
+    if not job.alive():
+        left.append("the job is not running")
+    result["restored"], result["left"] = not left, left
+    result["detail"] += "; next step timed from the SIGTERM"
+    return _judge(result)
+
+
+def _resumed(result: dict[str, Any], reclaim: _Reclaim, timeout_s: float) -> None:
+    """The job started again: where it resumed, what that lost, when it stepped."""
+    timeline, reached = reclaim.timeline, reclaim.reached
     end = time.time() + timeout_s
     while time.time() < end and not timeline.after_resume:
-        timeline.feed(watch.poll())
+        timeline.feed(reclaim.watch.poll())
         time.sleep(0.05)
     result["resumed_from"] = timeline.resumed_from
     if timeline.resumed_from is None:
@@ -717,12 +817,6 @@ def drill_preempt(
         result["steps_lost"] = max(0, reached[0] - timeline.resumed_from)
     if timeline.after_resume:
         result["next_step_s"] = round(timeline.after_resume[0][1] - reclaim.term_time, 2)
-    left = [f"the notice {notice} is still there"] if os.path.exists(notice) else []
-    if not job.alive():
-        left.append("the job is not running")
-    result["restored"], result["left"] = not left, left
-    result["detail"] += "; next step timed from the SIGTERM"
-    return _judge(result)
 
 
 def netem_iface() -> str:
@@ -793,6 +887,213 @@ def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
         result["problems"].append(f"bond {bond['name']} did not fail over from {member}")
         result["passed"] = False
     return result
+
+
+def mount_point(path: str) -> str:
+    """The mount point of the filesystem that holds PATH."""
+    path = os.path.realpath(path)
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def mount_info(mount: str, mountinfo: str = "/proc/self/mountinfo") -> tuple[str, str]:
+    """(major:minor, type) of the filesystem mounted at MOUNT (the last mount there wins)."""
+    found = ("", "")
+    try:
+        with open(mountinfo, encoding="utf-8") as handle:
+            for line in handle:
+                fields = line.split()
+                if "-" not in fields[6:]:
+                    continue
+                cut = fields.index("-", 6)
+                if len(fields) > cut + 1 and fields[4].replace("\\040", " ") == mount:
+                    found = (fields[2], fields[cut + 1])
+    except OSError:
+        pass
+    return found
+
+
+def free_space_probes(config: str = HEARTBEAT_CONFIG) -> list[tuple[str, str]]:
+    """(name, path) of each free_space probe in the heartbeat's config."""
+    return [(str(p.get("name")), str(p.get("path"))) for p in _probes(config, "free_space")
+            if p.get("path")]  # fmt: skip
+
+
+def grown_paths(config: str = HEARTBEAT_CONFIG) -> list[str]:
+    """The paths of the volumes the heartbeat's growth action may grow."""
+    grow = _load(config).get("grow")
+    volumes = grow.get("volumes") if isinstance(grow, dict) else None
+    return [str(v["path"]) for v in volumes if isinstance(v, dict) and v.get("path")] if (
+        isinstance(volumes, list)) else []  # fmt: skip
+
+
+def probes_down(metrics: str) -> set[str]:
+    """The free_space probes the heartbeat's metrics textfile says failed last."""
+    try:
+        with open(metrics, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return set()
+    return {m.group(1) for m in map(_PROBE_DOWN.match, text.splitlines()) if m}
+
+
+# What the disk-full drill fills: a local filesystem that is not the node's own.
+FILLABLE = ("ext4", "ext3", "xfs", "btrfs")
+SYSTEM_MOUNTS = ("/", "/boot", "/home", "/tmp", "/usr", "/var", "/var/lib", "/var/log", "/opt")
+
+
+def _fillable(root: str, config: str) -> str:
+    """The mount point of ROOT's filesystem where the drill may fill it; DrillError naming
+    why not where it may not."""
+    mount = mount_point(root)
+    device, kind = mount_info(mount)
+    if kind not in FILLABLE:
+        raise DrillError(
+            f"the checkpoints ({root}) are on {kind or 'an unknown filesystem'} at {mount}; the "
+            f"disk-full drill fills only a local {', '.join(FILLABLE)} filesystem (filling a "
+            "network one would starve other nodes, a tmpfs the node's memory)."
+        )
+    if mount in SYSTEM_MOUNTS or (device and device == mount_info("/")[0]):
+        raise DrillError(
+            f"the checkpoints ({root}) are on the node's system filesystem ({mount}); filling "
+            "it would starve the node's own services (the journal, sshd, package updates); "
+            "drill disk-full on a job whose run dir is on a data disk."
+        )
+    grown = [path for path in grown_paths(config) if mount_point(path) == mount]
+    if grown:
+        raise DrillError(
+            f"the heartbeat's growth action may grow the volume at {mount} ({grown[0]} is in "
+            f"grow.volumes of {config}); a fill would make it grow the volume for real, which "
+            "cannot be undone; drill disk-full on a filesystem it does not grow."
+        )
+    return mount
+
+
+class _Fill:
+    """What the disk-full drill saw while the checkpoint filesystem was full."""
+
+    def __init__(self, watch: LogWatch, watched: list[str], metrics: str) -> None:
+        self.watch, self.watched, self.metrics = watch, watched, metrics
+        self.down_before: set[str] = set()  # already down before the fill: no report
+        self.failed: tuple[float, str] | None = None  # when, the trainer's line
+        self.reported: tuple[float, str] | None = None  # when, the heartbeat's probe
+        self.committed_then: int | None = None
+
+    def look(self, job: Job) -> bool:
+        """True once the fault has shown what it must: a failed save (and the heartbeat's
+        report where it watches the filesystem)."""
+        for seen, line in self.watch.poll():
+            if self.failed is None and _SAVE_FAILED.search(line):
+                self.failed = (seen, line.strip())
+                self.committed_then = job.committed()
+        if self.watched and self.reported is None:
+            down = (probes_down(self.metrics) & set(self.watched)) - self.down_before
+            if down:
+                self.reported = (time.time(), sorted(down)[0])
+        return self.failed is not None and (self.reported is not None or not self.watched)
+
+    def judge(self, newest: dict[str, Any], mount: str, said: list[str]) -> list[str]:
+        problems = []
+        if self.failed is None:
+            problems.append("no save failed while the disk was full")
+        else:
+            said.append(f"the trainer: {self.failed[1][-160:]}")
+            if self.committed_then is not None and self.committed_then < int(newest["step"]):
+                problems.append(f"the newest checkpoint went from step {newest['step']} to "
+                                f"{self.committed_then}")  # fmt: skip
+        if self.reported is not None:
+            said.append(f"the heartbeat's {self.reported[1]} probe reported it")
+        elif self.watched and set(self.watched) <= self.down_before:
+            said.append(f"the heartbeat's {', '.join(self.watched)} probe(s) were down already")
+        elif self.watched:
+            problems.append(
+                f"the heartbeat's free-space probe(s) {', '.join(self.watched)} did not report it"
+            )
+        else:
+            said.append(f"the heartbeat watches no free space on {mount}")
+        return problems
+
+
+def drill_disk_full(
+    job: Job, drill_id: str, duration_s: float, timeout_s: float, metrics: str,
+    config: str = HEARTBEAT_CONFIG,
+) -> dict[str, Any]:  # fmt: skip
+    """Fill the checkpoint filesystem until less than one checkpoint fits: the next save
+    fails clearly, the newest checkpoint stays and verifies, the heartbeat's free-space probe
+    on that filesystem (where it has one) reports it; the fill goes and the next save
+    commits. Training goes on throughout: no step lost."""
+    root = os.path.join(job.run_dir, "checkpoints")
+    newest = job.newest("")
+    if not newest or not newest.get("bytes"):
+        raise DrillError(
+            f"the job in {job.run_dir} has no committed checkpoint yet; the disk-full drill sizes "
+            "its fill by one and checks it stays (see --checkpoint-every)."
+        )
+    mount = _fillable(root, config)
+    fill = os.path.join(root, FILL_PREFIX + drill_id)  # not a checkpoint's name: never read
+    keep = int(newest.get("smallest") or newest["bytes"]) // 2  # less than any save fits
+    watched = [name for name, path in free_space_probes(config) if mount_point(path) == mount]
+    undo = Undo(drill_id, f"rm -f {shlex.quote(fill)}", max(duration_s, timeout_s) + 30,
+                "disk-full")  # fmt: skip
+    seen = _Fill(LogWatch(job.log), watched, metrics)
+    filled: list[tuple[int, float]] = []  # bytes, when
+
+    def inject() -> None:
+        seen.down_before = probes_down(metrics) & set(watched)
+        stat = os.statvfs(root)
+        free = stat.f_bfree if job.user == "root" else stat.f_bavail  # root writes the reserve
+        size = free * stat.f_frsize - keep
+        if size <= 0:
+            raise DrillError(f"{mount} has less than one checkpoint free already; free space.")
+        fd = os.open(fill, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            if os.fstat(fd).st_dev != os.stat(root).st_dev:
+                raise DrillError(f"the fill {fill} is not on the checkpoints' filesystem.")
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            raise DrillError(f"cannot fill {mount} with fallocate: {exc}") from exc
+        finally:
+            os.close(fd)
+        filled.append((size, time.time()))
+
+    result = _steady("disk-full", job, inject, undo, duration_s, timeout_s, "",
+                     f"{mount} filled", until=lambda: seen.look(job), trip_ok=True)  # fmt: skip
+    size, filled_at = filled[0] if filled else (0, time.time())
+    step, nbytes = newest.get("step"), newest.get("bytes")
+    said = [f"{mount} filled with {size / 2**30:.2f} GiB ({fill}) leaving {keep} bytes, under "
+            f"half a checkpoint (the newest: step {step}, {nbytes} bytes)"]  # fmt: skip
+    problems = result["problems"]
+    problems += seen.judge(newest, mount, said)
+    if seen.failed is not None:
+        result["detected_by"] = "trainer"
+        result["detect_s"] = round(seen.failed[0] - filled_at, 2)
+    problems += _space_back(job, str(newest.get("name") or ""), timeout_s, said)
+    if os.path.exists(fill):
+        result["left"].append(f"the fill {fill} is still there")
+        result["restored"] = False
+        problems.append(f"the node is not as it was: the fill {fill} is still there")
+    result["detail"] = "; ".join(said)
+    result["passed"] = not problems
+    return result
+
+
+def _space_back(job: Job, name: str, timeout_s: float, said: list[str]) -> list[str]:
+    """After the fill: the checkpoint that was newest verifies, and the next save commits."""
+    problems = []
+    kept = job.newest(name)
+    if not kept or not kept.get("verified"):
+        problems.append(f"checkpoint {name} does not verify after the fault: {kept}")
+    before = job.committed() or 0
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and (job.committed() or 0) <= before:
+        time.sleep(0.2)
+    after = job.committed()
+    if after is None or after <= before:
+        problems.append(f"no save committed within {timeout_s:g} s of the space's return")
+    else:
+        said.append(f"the next save committed step {after}")
+    return problems
 
 
 def _sessions(user: str) -> list[str]:

@@ -181,9 +181,15 @@ options:
     type: bool
     default: false
   heartbeat_metrics_path:
-    description: The heartbeat's Prometheus textfile, for its state in C(status).
+    description: The heartbeat's Prometheus textfile, for its state in C(status) and what the
+      C(disk-full) and C(preempt) drills read of it.
     type: path
     default: /var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom
+  heartbeat_config:
+    description: The heartbeat's config; the C(preempt) drill finds its notice probe there,
+      the C(disk-full) drill its free-space probes and the volumes it may grow.
+    type: path
+    default: /etc/nodeprep/heartbeat.json
   image_checked:
     description: C(start) does not hash the image again (a C(check) of this run just did).
     type: bool
@@ -219,7 +225,7 @@ options:
   fault:
     description: C(drill) - the fault.
     type: str
-    choices: [kill, link, netem, ssh-drop]
+    choices: [kill, preempt, link, netem, disk-full, ssh-drop]
   drill_id:
     description: C(drill) - names the undo's transient unit; letters, digits, C(-), C(_).
     type: str
@@ -540,6 +546,33 @@ def newest_checkpoint(run_dir: str, now: float) -> dict[str, Any] | None:
             "verified": not problem, "problem": problem}  # fmt: skip
 
 
+def checkpoint_facts(run_dir: str, name: str) -> dict[str, Any] | None:
+    """Checkpoint NAME of the run ("": the newest), verified, with its size and the smallest
+    committed checkpoint's (a drill sizes a fill by them); OSError when one goes meanwhile."""
+    root = os.path.join(run_dir, "checkpoints")
+    sizes = {}
+    for entry in os.listdir(root) if os.path.isdir(root) else []:
+        where = os.path.join(root, entry)
+        if parse_name(entry) and os.path.isdir(where):
+            sizes[entry] = sum(os.path.getsize(os.path.join(where, f)) for f in os.listdir(where))
+    if not sizes:
+        return None
+    if not name:
+        found = newest_checkpoint(run_dir, time.time())
+        if found is None:
+            return None
+    else:
+        parsed = parse_name(name)
+        try:
+            verify(Path(os.path.join(root, name)))
+            problem = ""
+        except CheckpointInvalidError as exc:
+            problem = str(exc)
+        found = {"name": name, "step": parsed[0] if parsed else None, "verified": not problem,
+                 "problem": problem}  # fmt: skip
+    return {**found, "bytes": sizes.get(found["name"], 0), "smallest": min(sizes.values())}
+
+
 def heartbeat_state(node: Node) -> str:
     _rc, out, _ = probe(node.module, ["systemctl", "is-active", "nodeprep-heartbeat"])
     active = out.strip() or "unknown"
@@ -674,8 +707,16 @@ def _drill_job(node: Node) -> dr.Job:
         held = dr.session_of(pane["pid"]) if pane else ""
         return {held} if held else set()
 
+    def newest(name: str) -> dict[str, Any] | None:
+        for _ in range(3):  # retention may remove a checkpoint while it is read: look again
+            try:
+                return checkpoint_facts(node.run_dir, name)
+            except OSError:
+                time.sleep(0.2)
+        return None
+
     return dr.Job(node.run_dir, node.account.pw_name, dr.checkpoint_every(command), alive,
-                  workers, committed, emergencies, sessions)  # fmt: skip
+                  workers, committed, emergencies, sessions, newest)  # fmt: skip
 
 
 def terminate(node: Node) -> list[int]:
@@ -697,18 +738,27 @@ def terminate(node: Node) -> list[int]:
 
 def revive_script(node: Node) -> str:
     """Shell that starts the job's session again when it is dead or gone (as the boot unit
-    does at boot), and does nothing while it runs."""
+    does at boot), and does nothing while it runs or once `nodeprep stop` recorded a stop.
+    Without a boot unit the session starts in a transient unit that keeps it (KillMode=
+    process), not in the caller's cgroup: the undo timer's own service ends when it exits."""
     tmux = node.as_user([node.p["tmux"]])
-    panes = shlex.join([*tmux, "list-panes", "-t", f"={node.name}", "-F", "#{pane_dead}"])
+    panes = shlex.join([*tmux, "list-panes", "-t", f"={node.name}:", "-F", "#{pane_dead}"])
     kill = shlex.join([*tmux, "kill-session", "-t", f"={node.name}"])
     unit = job.unit_name(node.name)
-    start = shlex.join(node.as_user(job.tmux_start_argv(node.p["tmux"], node.name,
-                                                        node.path("launch.sh"))))  # fmt: skip
+    transient = unit.replace(".service", "-revived")
+    start = shlex.join([
+        "systemd-run", "--quiet", f"--unit={transient}", f"--uid={node.account.pw_name}",
+        "--property=Type=oneshot", "--property=RemainAfterExit=yes",
+        "--property=KillMode=process", f"--working-directory={node.run_dir}",
+        *job.tmux_start_argv(node.p["tmux"], node.name, node.path("launch.sh")),
+    ])  # fmt: skip
     return (
+        f"[ -e {shlex.quote(node.path('stop.json'))} ] || "
         f'if [ "$({panes} 2>/dev/null | head -n 1)" != 0 ]; then {kill} 2>/dev/null; '
         f"rm -f {shlex.quote(node.path('exit.json'))}; "
         f"if [ -e /etc/systemd/system/{unit} ]; then systemctl restart {unit}; "
-        f"else {start}; fi; fi"
+        f"else systemctl stop {transient} 2>/dev/null; systemctl reset-failed {transient} "
+        f"2>/dev/null; {start}; fi; fi"
     )
 
 
@@ -733,9 +783,21 @@ def drill(node: Node) -> dict[str, Any]:
                                     p["netem_delay_ms"], p["netem_loss_pct"])  # fmt: skip
         elif p["fault"] == "link":
             result = dr.drill_link(target, p["drill_id"], duration, timeout)
+        elif p["fault"] == "disk-full":
+            result = dr.drill_disk_full(target, p["drill_id"], duration, timeout,
+                                        p["heartbeat_metrics_path"],
+                                        p["heartbeat_config"])  # fmt: skip
         elif p["fault"] == "preempt":
+            if pane is None or not job.agents(pane["pid"]):
+                raise dr.DrillError(
+                    f"job {node.name} runs no torchrun agent here, so a SIGTERM could not reach "
+                    "every rank the way a reclaim's does; the preempt drill needs a job that "
+                    "`nodeprep run` started."
+                )
             result = dr.drill_preempt(target, p["drill_id"], duration, timeout,
-                                      lambda: terminate(node), revive_script(node))  # fmt: skip
+                                      lambda: terminate(node), revive_script(node),
+                                      p["heartbeat_config"], dr.STANDIN_RECORD,
+                                      p["heartbeat_metrics_path"])  # fmt: skip
         else:
             result = dr.drill_ssh_drop(target, p["drill_id"], duration, timeout)
     except dr.DrillError as exc:
@@ -869,6 +931,7 @@ def main() -> None:
                 "type": "path",
                 "default": "/var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom",
             },
+            "heartbeat_config": {"type": "path", "default": "/etc/nodeprep/heartbeat.json"},
             "marker_dir": {"type": "path", "default": MARKER_DIR},
             "image_checked": {"type": "bool", "default": False},
             "sizes": {"type": "list", "elements": "int", "default": [4096, 1 << 20, 16 << 20]},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -282,3 +283,101 @@ def test_a_skipped_drill_is_reported_as_a_skip_not_a_pass(
     assert re.search(r"preempt\s+node1\s+skip", out), out
     cases = ET.parse(out_xml).getroot().findall(".//testcase")
     assert cases[1].find("skipped") is not None
+
+
+def test_disk_full_reads_the_heartbeat_and_refuses_what_it_must_not_fill(tmp_path: Path) -> None:
+    config = tmp_path / "heartbeat.json"
+    config.write_text(json.dumps({"probes": [
+        {"name": "data-space", "type": "free_space", "path": "/data"},
+        {"name": "data-write", "type": "writable", "path": "/data/probe"},
+    ]}))  # fmt: skip
+    assert drill.free_space_probes(str(config)) == [("data-space", "/data")]
+    assert drill.grown_paths(str(config)) == []
+    config.write_text(json.dumps({"probes": 7, "grow": {"volumes": [{"path": "/data"}, 3]}}))
+    assert drill.free_space_probes(str(config)) == []
+    assert drill.grown_paths(str(config)) == ["/data"]
+    metrics = tmp_path / "hb.prom"
+    metrics.write_text(
+        'nodeprep_heartbeat_probe_up{probe="data-space",type="free_space"} 0.0\n'
+        'nodeprep_heartbeat_probe_up{probe="root-space",type="free_space"} 1.0\n'
+        'nodeprep_heartbeat_probe_up{probe="bond-peer",type="icmp"} 0.0\n'
+    )
+    assert drill.probes_down(str(metrics)) == {"data-space"}
+    assert drill.probes_down(str(tmp_path / "none.prom")) == set()
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n"
+        "40 22 0:25 / /run rw shared:5 - tmpfs tmpfs rw\n"
+        "41 22 254:17 / /data rw,relatime shared:9 - ext4 /dev/vdb1 rw\n"
+        "42 22 0:40 /@home /my\\040disk rw master:2 - btrfs /dev/vdc rw\n"
+    )
+    assert drill.mount_info("/data", str(mountinfo)) == ("254:17", "ext4")
+    assert drill.mount_info("/my disk", str(mountinfo)) == ("0:40", "btrfs")
+    assert drill.mount_info("/nowhere", str(mountinfo)) == ("", "")
+    # No checkpoint yet: nothing to size the fill by, nothing to keep.
+    with pytest.raises(drill.DrillError, match="has no committed checkpoint yet"):
+        drill.drill_disk_full(_job(tmp_path), "d1", 5, 30, str(metrics), str(config))
+
+    def at(run_dir: str) -> drill.Job:
+        facts = {"step": 40, "bytes": 4096, "verified": True}
+        return drill.Job(run_dir, "trainer", 20, lambda: True, list, lambda: 40, lambda: 0,
+                         newest=lambda _n: facts)  # fmt: skip
+
+    # The node's own filesystem is never filled, nor memory, nor one the heartbeat grows.
+    with pytest.raises(drill.DrillError, match="node's system filesystem"):
+        drill.drill_disk_full(at("/"), "d1", 5, 30, str(metrics), str(config))
+    if drill.mount_info("/dev/shm")[1] == "tmpfs":
+        with pytest.raises(drill.DrillError, match="fills only a local ext4"):
+            drill.drill_disk_full(at("/dev/shm/x"), "d1", 5, 30, str(metrics), str(config))
+
+
+def test_the_fill_waits_for_the_failed_save_and_a_fresh_report(tmp_path: Path) -> None:
+    """What the disk-full drill looks for, fed by hand: the trainer's failed save (with the
+    time it was seen, not when the fault's minimum ended) and a probe that went down after
+    the fill, not one that was down already."""
+    log = tmp_path / "train.log"
+    log.write_text("step 40 loss=0.1 t=1.0\n")
+    metrics = tmp_path / "hb.prom"
+    metrics.write_text('nodeprep_heartbeat_probe_up{probe="old-space",type="free_space"} 0\n')
+    fill = drill._Fill(drill.LogWatch(str(log)), ["old-space", "data-space"], str(metrics))
+    fill.down_before = drill.probes_down(str(metrics))
+    job = _job(tmp_path)
+    assert fill.look(job) is False
+    with open(log, "a") as handle:
+        handle.write("2026-12-06 ERROR nodeprep.checkpoint.checkpointer: saving checkpoint "
+                     "step-00000060-full in /data/c failed: [Errno 28] No space left on "
+                     "device; the previous checkpoints are intact\n")  # fmt: skip
+    assert fill.look(job) is False  # the save failed, the heartbeat has not said it yet
+    assert fill.failed is not None
+    assert fill.reported is None  # old-space was down before the fill: no report
+    metrics.write_text(metrics.read_text() + 'nodeprep_heartbeat_probe_up{probe="data-space",'
+                       'type="free_space"} 0\n')  # fmt: skip
+    assert fill.look(job) is True
+    said: list[str] = []
+    assert fill.judge({"step": 40}, "/data", said) == []
+    assert "No space left on device" in said[0]
+    assert said[1] == "the heartbeat's data-space probe reported it"
+    # A drill that saw no failed save says so.
+    quiet = drill._Fill(drill.LogWatch(str(log)), [], str(metrics))
+    assert quiet.look(job) is False
+    assert quiet.judge({"step": 40}, "/data", []) == ["no save failed while the disk was full"]
+
+
+def test_the_fault_lasts_its_duration_and_until_it_has_shown_itself(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("")
+    watch = drill.LogWatch(str(log))
+    calls: list[float] = []
+
+    def until() -> bool:
+        calls.append(time.time())
+        return len(calls) > 3
+
+    began = time.time()
+    drill._ride(watch, drill.Timeline(began), began, 0.2, 5.0, None, until)
+    took = time.time() - began
+    assert 0.2 <= took < 2, took
+    assert calls[0] - began < 0.1  # looked at from the start, not only once the minimum ended
+    began = time.time()
+    drill._ride(watch, drill.Timeline(began), began, 0.0, 0.3, None, lambda: False)
+    assert 0.3 <= time.time() - began < 1.5  # never done: it ends at its limit

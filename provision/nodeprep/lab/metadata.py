@@ -39,6 +39,7 @@ def up(target: SshTarget, provider: str) -> str:
         f"sudo tee {DEST} >/dev/null <<'NODEPREP_STANDIN'\n{source}NODEPREP_STANDIN",
         f"sudo systemctl stop {UNIT} 2>/dev/null || true",
         f"sudo systemctl reset-failed {UNIT} 2>/dev/null || true",
+        f"sudo rm -f {cloud_standin.RECORD}",  # one left by a stand-in that was killed
         f"if ! ip link show {IFACE} >/dev/null 2>&1; then sudo ip link add {IFACE} type dummy; "
         f"sudo ip addr add {ADDRESS}/32 dev {IFACE}; sudo ip link set {IFACE} up; fi",
         f"sudo systemd-run --quiet --unit={UNIT} --description='nodeprep lab: cloud metadata "
