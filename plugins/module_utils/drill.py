@@ -998,7 +998,8 @@ class _Fill:
         if self.failed is None:
             problems.append("no save failed while the disk was full")
         else:
-            said.append(f"the trainer: {self.failed[1][-160:]}")
+            line = self.failed[1]
+            said.append(f"the trainer: {line[line.find('saving checkpoint'):][:220]}")
             if self.committed_then is not None and self.committed_then < int(newest["step"]):
                 problems.append(f"the newest checkpoint went from step {newest['step']} to "
                                 f"{self.committed_then}")  # fmt: skip
