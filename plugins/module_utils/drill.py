@@ -999,7 +999,8 @@ class _Fill:
             problems.append("no save failed while the disk was full")
         else:
             line = self.failed[1]
-            said.append(f"the trainer: {line[line.find('saving checkpoint'):][:220]}")
+            start = max(0, line.find("saving checkpoint"))
+            said.append(f"the trainer: {line[start : start + 220]}")
             if self.committed_then is not None and self.committed_then < int(newest["step"]):
                 problems.append(f"the newest checkpoint went from step {newest['step']} to "
                                 f"{self.committed_then}")  # fmt: skip
