@@ -381,3 +381,42 @@ def test_the_fault_lasts_its_duration_and_until_it_has_shown_itself(tmp_path: Pa
     began = time.time()
     drill._ride(watch, drill.Timeline(began), began, 0.0, 0.3, None, lambda: False)
     assert 0.3 <= time.time() - began < 1.5  # never done: it ends at its limit
+
+
+def test_refusals_that_need_a_node_are_read_from_what_the_node_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's answers stood in for (`tc`, logind, the mount table): each refusal comes
+    before anything is injected, naming why."""
+    calls: list[list[str]] = []
+
+    def node(argv: list[str], timeout: float = 30) -> tuple[int, str, str]:
+        calls.append(argv)
+        if argv[:2] == ["tc", "qdisc"]:
+            return 0, "qdisc fq 8001: root refcnt 2 limit 10000p\n", ""
+        return 1, "", "no such command here"
+
+    monkeypatch.setattr(drill, "run", node)
+    monkeypatch.setattr(drill, "netem_iface", lambda: "bond0")
+    with pytest.raises(drill.DrillError, match=r"bond0 has a configured root qdisc \(fq 8001:\)"):
+        drill.drill_netem(_job(tmp_path), "d1", 5, 30, 50, 1.0)
+    assert all(argv[:3] != ["tc", "qdisc", "add"] for argv in calls)  # nothing was added
+    # No logind session of its own: ending the user's sessions could end the drill itself.
+    monkeypatch.setattr(drill, "_own_session", lambda: "")
+    with pytest.raises(drill.DrillError, match="drill's own login session cannot be found"):
+        drill.drill_ssh_drop(_job(tmp_path), "d1", 5, 30)
+    # A data disk the heartbeat may grow: a fill would grow the volume for real.
+    config = tmp_path / "heartbeat.json"
+    config.write_text(json.dumps({"grow": {"volumes": [{"path": "/data"}]}}))
+    monkeypatch.setattr(drill, "mount_point", lambda path: "/data" if "data" in path else "/")
+    devices = {"/data": ("254:17", "ext4"), "/": ("254:1", "ext4")}
+    monkeypatch.setattr(drill, "mount_info", lambda mount: devices[mount])
+    facts = {"step": 40, "bytes": 4096, "verified": True}
+    grown = drill.Job("/data/jobs/j", "trainer", 20, lambda: True, list, lambda: 40, lambda: 0,
+                      newest=lambda _n: facts)  # fmt: skip
+    with pytest.raises(drill.DrillError, match="growth action may grow the volume at /data"):
+        drill.drill_disk_full(grown, "d1", 5, 30, str(tmp_path / "none.prom"), str(config))
+    config.write_text(json.dumps({"grow": {"volumes": [{"path": "/scratch"}]}}))
+    monkeypatch.setattr(drill, "mount_info", lambda mount: ("254:1", "ext4"))  # /'s device
+    with pytest.raises(drill.DrillError, match="node's system filesystem"):
+        drill.drill_disk_full(grown, "d1", 5, 30, str(tmp_path / "none.prom"), str(config))
