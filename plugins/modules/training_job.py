@@ -522,20 +522,20 @@ def start(node: Node) -> dict[str, Any]:
             "command": argv, "run_dir": node.run_dir}  # fmt: skip
 
 
-def newest_checkpoint(run_dir: str, now: float) -> dict[str, Any] | None:
-    root = os.path.join(run_dir, "checkpoints")
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return None
-    found = []
-    for name in names:
-        parsed = parse_name(name)
-        if parsed and os.path.isdir(os.path.join(root, name)):
-            found.append((parsed[0], parsed[1] == "full", parsed[1], name))
-    if not found:
-        return None
-    step, _, layer, name = max(found)
+def _committed(root: str) -> list[str]:
+    """The names of the committed checkpoints in ROOT (OSError where ROOT cannot be read)."""
+    return [name for name in os.listdir(root)
+            if parse_name(name) and os.path.isdir(os.path.join(root, name))]  # fmt: skip
+
+
+def _newest_first(name: str) -> tuple[int, bool, str]:
+    step, layer = parse_name(name) or (-1, "")
+    return step, layer == "full", layer
+
+
+def _judged(root: str, name: str, now: float) -> dict[str, Any]:
+    """Checkpoint NAME in ROOT, verified against its manifest."""
+    step, layer = parse_name(name) or (-1, "")
     where = os.path.join(root, name)
     try:
         verify(Path(where))
@@ -546,31 +546,29 @@ def newest_checkpoint(run_dir: str, now: float) -> dict[str, Any] | None:
             "verified": not problem, "problem": problem}  # fmt: skip
 
 
+def newest_checkpoint(run_dir: str, now: float) -> dict[str, Any] | None:
+    root = os.path.join(run_dir, "checkpoints")
+    try:
+        names = _committed(root)
+    except OSError:
+        return None
+    return _judged(root, max(names, key=_newest_first), now) if names else None
+
+
 def checkpoint_facts(run_dir: str, name: str) -> dict[str, Any] | None:
     """Checkpoint NAME of the run ("": the newest), verified, with its size and the smallest
     committed checkpoint's (a drill sizes a fill by them); OSError when one goes meanwhile."""
     root = os.path.join(run_dir, "checkpoints")
-    sizes = {}
-    for entry in os.listdir(root) if os.path.isdir(root) else []:
-        where = os.path.join(root, entry)
-        if parse_name(entry) and os.path.isdir(where):
-            sizes[entry] = sum(os.path.getsize(os.path.join(where, f)) for f in os.listdir(where))
-    if not sizes:
+    names = _committed(root) if os.path.isdir(root) else []
+    if not names:
         return None
-    if not name:
-        found = newest_checkpoint(run_dir, time.time())
-        if found is None:
-            return None
-    else:
-        parsed = parse_name(name)
-        try:
-            verify(Path(os.path.join(root, name)))
-            problem = ""
-        except CheckpointInvalidError as exc:
-            problem = str(exc)
-        found = {"name": name, "step": parsed[0] if parsed else None, "verified": not problem,
-                 "problem": problem}  # fmt: skip
-    return {**found, "bytes": sizes.get(found["name"], 0), "smallest": min(sizes.values())}
+    sizes = {}
+    for entry in names:
+        where = os.path.join(root, entry)
+        sizes[entry] = sum(os.path.getsize(os.path.join(where, f)) for f in os.listdir(where))
+    chosen = name or max(names, key=_newest_first)
+    return {**_judged(root, chosen, time.time()), "bytes": sizes.get(chosen, 0),
+            "smallest": min(sizes.values())}  # fmt: skip
 
 
 def heartbeat_state(node: Node) -> str:
