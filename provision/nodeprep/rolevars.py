@@ -103,6 +103,9 @@ def _shape(name: str, value: Any) -> str | None:
         given = value if isinstance(value, list) else [value] if value else []
         relative = [path for path in given if not str(path).startswith("/")]
         return f"{name} holds {relative[0]!r}; give absolute paths" if relative else None
+    if name in ("job_heartbeat_config", "job_heartbeat_metrics_path"):
+        one = isinstance(value, str) and value.startswith("/")
+        return None if one else "give one absolute path"
     if name == "heartbeat_metadata_url":
         plain = isinstance(value, str) and value.startswith("http://")
         return None if plain else "the metadata service answers plain http://, as http://IP"

@@ -39,6 +39,18 @@ def invoke(*args: str) -> tuple[int, str]:
         (["--faults", "link"], "can cut gpu01 off its network; add --yes"),
         (["--faults", "kill,netem", "-l", "gpu02"], "--faults netem can cut gpu02 off"),
         (["--faults", "kill", "-e", "job_drill_duration_s=long"], "job_drill_duration_s"),
+        (
+            ["--faults", "preempt", "-e", '{"job_heartbeat_config": ["/a", "/b"]}'],
+            "job_heartbeat_config",
+        ),
+        (
+            ["--faults", "disk-full", "-e", '{"job_heartbeat_metrics_path": {"p": 1}}'],
+            "job_heartbeat_metrics_path",
+        ),
+        (
+            ["--faults", "disk-full", "-e", "job_heartbeat_metrics_path=hb.prom"],
+            "job_heartbeat_metrics_path = 'hb.prom' is not valid for role job (give one absolute",
+        ),
         ([], "--faults"),
     ],
 )

@@ -53,7 +53,10 @@ def lab_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
      (["fault", "node1", "link-down", "b0"], "No lab is running"),
      (["fault", "node1", "explode", "b0"], "'explode' is not one of"),
      (["apptainer-vars", "t.sif", "--output", "v.json"], "No lab is running"),
-     (["apptainer-vars", "t.sif"], "Missing option '--output'")],
+     (["apptainer-vars", "t.sif"], "Missing option '--output'"),
+     (["metadata", "node1", "up"], "No lab is running"),
+     (["metadata", "node1", "sideways"], "'sideways' is not one of"),
+     (["metadata", "node1", "up", "--provider", "ibm"], "'ibm' is not one of")],
 )  # fmt: skip
 def test_cli_bad_input_exits_2(lab_dir: Path, argv: list[str], message: str) -> None:
     result = CliRunner().invoke(lab, argv)
@@ -70,6 +73,9 @@ def test_fault_names_unknown_node_and_nic(lab_dir: Path) -> None:
     result = CliRunner().invoke(lab, ["fault", "node1", "link-down", "eth7"])
     assert result.exit_code == 2
     assert "NIC 'eth7' is not a bond NIC" in result.output
+    result = CliRunner().invoke(lab, ["metadata", "node9", "up"])
+    assert result.exit_code == 2
+    assert "No lab node named 'node9'; running nodes: node1." in result.output
     result = CliRunner().invoke(lab, ["up"])
     assert result.exit_code == 2
     assert "already running" in result.output
