@@ -17,6 +17,7 @@ the controller imports it too (``nodeprep.drill``) for the fault names and limit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -31,7 +32,7 @@ from urllib.parse import urlsplit
 # Every fault the drill command knows, in the order of the issue that asked for them.
 FAULTS = ("kill", "preempt", "link", "blackhole", "netem", "disk-full", "ssh-drop", "reboot")
 # The faults this release can inject; the others are refused by name (exit 2), never faked.
-BUILT = ("kill", "preempt", "link", "netem", "disk-full", "ssh-drop")
+BUILT = ("kill", "preempt", "link", "netem", "disk-full", "ssh-drop", "reboot")
 # Faults that can cut a node off its network; outside the lab they need --yes.
 CUTS_OFF = ("link", "blackhole", "netem", "reboot")
 # Steps a fault may cost: None means "at most the job's checkpoint interval".
@@ -41,12 +42,14 @@ STEPS_LOST_LIMIT: dict[str, int | None] = {
 }  # fmt: skip
 WHY_NOT_BUILT = {
     "blackhole": "needs nftables on the node and the nic_bond role's ARP monitoring",
-    "reboot": "needs the controller to wait through the node's boot",
 }
 
 UNDO_PREFIX = "nodeprep-drill-undo-"
 # A drill in progress on the node: its pid, fault and undo unit (removed by either undo).
 RECORD_DIR = "/run/nodeprep/drills"
+# A reboot drill's record, kept across the boot it waits for (not in /run).
+REBOOT_DIR = "/var/lib/nodeprep/drills"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # The heartbeat's config on the node, and the record a metadata stand-in keeps while it
 # serves there (nodeprep/lab/cloud_standin.py, on the lab only): the preempt drill posts a
 # notice only through a stand-in; on a real cloud it says how to ask the provider instead.
@@ -1164,3 +1167,164 @@ def drill_ssh_drop(job: Job, drill_id: str, duration_s: float, timeout_s: float)
         )
         result["passed"] = False
     return result
+
+
+# --- reboot: the drill spans a boot, so it is two calls with the reboot between them --------
+
+
+def boot_id(path: str = BOOT_ID) -> str:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def reboot_record_path(drill_id: str, root: str = REBOOT_DIR) -> str:
+    return os.path.join(root, f"reboot-{drill_id}.json")
+
+
+def drill_reboot_arm(
+    job: Job, drill_id: str, timeout_s: float, boot_unit: str, unit_enabled: bool,
+    root: str = REBOOT_DIR,
+) -> dict[str, Any]:  # fmt: skip
+    """Before the reboot: the job must come back by itself (its boot unit enabled) and be
+    training; what it had reached is recorded in ROOT, which survives the boot. The caller
+    reboots the node next (Ansible's reboot, which waits for a new boot id) and then calls
+    drill_reboot_judge with the same DRILL_ID. Nothing is injected here, so there is nothing
+    to undo: the reboot is its own end, and the record is removed by the judge (or replaced by
+    the next arm)."""
+    if not unit_enabled:
+        raise DrillError(
+            f"the job in {job.run_dir} has no enabled boot unit ({boot_unit}), so a reboot would "
+            "end it for good; start it with `nodeprep run` and job_start_at_boot true."
+        )
+    watch = LogWatch(job.log)
+    _settle(job, watch, timeout_s)
+    os.makedirs(root, mode=0o755, exist_ok=True)
+    for name in os.listdir(root):  # a record of a drill whose controller went away
+        if name.startswith("reboot-") and name.endswith(".json"):
+            os.unlink(os.path.join(root, name))
+    reached = last_step(job.log)
+    record = {
+        "drill_id": drill_id, "boot_id": boot_id(), "asked_at": time.time(),
+        "log_offset": os.path.getsize(job.log) if os.path.exists(job.log) else 0,
+        "step_at_fault": reached[0] if reached else None, "committed_at_fault": job.committed(),
+        "emergencies": job.emergencies(), "snapshot": snapshot(),
+    }  # fmt: skip
+    path = reboot_record_path(drill_id, root)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(path + ".tmp", path)
+    return record
+
+
+def unit_started(unit: str) -> float | None:
+    """When UNIT last began to start, as wall time (None: it has not started this boot)."""
+    rc, out, _ = run(["systemctl", "show", unit, "-p", "InactiveExitTimestampMonotonic",
+                      "--value"])  # fmt: skip
+    try:
+        micros = int(out.strip()) if rc == 0 else 0
+    except ValueError:
+        micros = 0
+    if micros <= 0:
+        return None
+    return time.time() - time.monotonic() + micros / 1e6
+
+
+def _before_the_boot(watch: LogWatch, record: dict[str, Any]) -> tuple[Timeline, int | None]:
+    """The log since the arm: the steps reached before the job started again, and a Timeline
+    fed with everything from that start on."""
+    timeline = Timeline(float(record["asked_at"]))
+    reached = record.get("step_at_fault")
+    lines = watch.poll()
+    for index, (_seen, line) in enumerate(lines):
+        if _START.match(line):
+            timeline.feed(lines[index:])
+            return timeline, reached
+        step = _STEP.match(line)
+        if step:
+            reached = int(step.group(1))
+    return timeline, reached
+
+
+def _shutdown_save(job: Job, record: dict[str, Any], result: dict[str, Any]) -> str:
+    """The emergency checkpoint the shutdown's SIGTERM made, if any: its time to durable."""
+    saves = [
+        r
+        for r in emergency_records(job.run_dir, int(record.get("emergencies") or 0))
+        if _num(r, "signal_time") is not None and _num(r, "committed_time") is not None
+    ]
+    if not saves:
+        return "no emergency checkpoint at the shutdown"
+    save = saves[-1]
+    result["checkpoint_s"] = round(float(save["committed_time"]) - float(save["signal_time"]), 3)
+    return (f"the shutdown's {save.get('signal') or 'signal'} saved step {save.get('step')} in "
+            f"{result['checkpoint_s']} s")  # fmt: skip
+
+
+def _came_back(
+    result: dict[str, Any], timeline: Timeline, watch: LogWatch, reached: int | None,
+    timeout_s: float,
+) -> str:  # fmt: skip
+    """Wait for the job's first step after its start at boot; where it resumed, what that lost."""
+    end = time.time() + timeout_s
+    while time.time() < end and not timeline.after_resume:
+        timeline.feed(watch.poll())
+        time.sleep(0.1)
+    result["resumed_from"] = timeline.resumed_from
+    if timeline.resumed_from is None:
+        result["problems"].append(f"the job did not start again within {timeout_s:g} s of the boot")
+        return "not started again"
+    if not timeline.resumed:
+        result["problems"].append("the job started again from scratch, not from a checkpoint")
+        return "started again from scratch"
+    if reached is not None:
+        result["steps_lost"] = max(0, int(reached) - timeline.resumed_from)
+    if timeline.after_resume:
+        result["next_step_s"] = round(timeline.after_resume[0][1] - timeline.fault_time, 2)
+    return f"resumed from step {timeline.resumed_from}"
+
+
+def drill_reboot_judge(
+    job: Job, drill_id: str, timeout_s: float, boot_unit: str, unit_enabled: bool,
+    root: str = REBOOT_DIR,
+) -> dict[str, Any]:  # fmt: skip
+    """After the reboot: the node booted anew, the boot unit started the job, and it resumed
+    from a checkpoint; at most the checkpoint interval lost. Times are from the reboot's ask
+    (the arm) on the node's wall clock, which the boot carries over."""
+    path = reboot_record_path(drill_id, root)
+    record = _load(path)
+    if not record:
+        raise DrillError(
+            f"no reboot drill {drill_id} was armed on this node ({path} is missing or "
+            "unreadable); the reboot drill arms, reboots and judges in one `nodeprep drill`."
+        )
+    asked = float(record["asked_at"])
+    watch = LogWatch(job.log)
+    offset = int(record.get("log_offset") or 0)
+    watch.offset = offset if watch.offset >= offset else 0  # a log made anew: all of it
+    timeline, reached = _before_the_boot(watch, record)
+    result = _result("reboot", job, step_at_fault=reached,
+                     committed_at_fault=record.get("committed_at_fault"))  # fmt: skip
+    if boot_id() == record.get("boot_id"):
+        result["problems"].append("the node did not reboot: its boot id is the one before")
+    said = [f"kernel up {time.time() - time.monotonic() - asked:.1f} s after the reboot was asked",
+            _shutdown_save(job, record, result)]  # fmt: skip
+    said.append(_came_back(result, timeline, watch, reached, timeout_s))
+    started = unit_started(boot_unit)
+    if started is not None and started >= asked:
+        result["detected_by"] = "boot unit"
+        result["detect_s"] = round(started - asked, 2)
+    left = differences(record.get("snapshot") or {}, snapshot())
+    if not unit_enabled:
+        left.append(f"the boot unit {boot_unit} is no longer enabled")
+    if not job.alive():
+        left.append("the job is not running")
+    result["restored"], result["left"] = not left, left
+    result["detail"] = "; ".join(said)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return _judge(result)

@@ -68,7 +68,9 @@ description:
     time to the next step) and whether the node is as it was. The undo is armed first as a
     systemd timer (C(nodeprep-drill-undo-ID)) that fires I(duration_s) + 5 s later, so it
     runs even when this module or its controller is lost. A fault that cannot apply here is
-    refused with C(nodeprep_refused=true), changing nothing.
+    refused with C(nodeprep_refused=true), changing nothing. C(reboot) takes two calls around
+    the caller's reboot of the node (see I(reboot_phase)); it needs the job's boot unit
+    enabled, and it has nothing to undo.
 options:
   action:
     description: What to do.
@@ -225,7 +227,7 @@ options:
   fault:
     description: C(drill) - the fault.
     type: str
-    choices: [kill, preempt, link, netem, disk-full, ssh-drop]
+    choices: [kill, preempt, link, netem, disk-full, ssh-drop, reboot]
   drill_id:
     description: C(drill) - names the undo's transient unit; letters, digits, C(-), C(_).
     type: str
@@ -242,6 +244,13 @@ options:
     description: C(drill) - netem's packet loss.
     type: float
     default: 1.0
+  reboot_phase:
+    description: C(drill) of C(reboot) - C(arm) records what the job reached (in
+      /var/lib/nodeprep/drills, which outlives the boot) before the caller reboots the node;
+      C(judge), after the boot, measures how the job came back and removes the record.
+    type: str
+    choices: [arm, judge]
+    default: arm
   prepare:
     description: C(interconnect) - only say whether this node can take part
       (C(nodeprep_job.ready)), and if not, its check; when it can, the command that measures
@@ -796,6 +805,14 @@ def drill(node: Node) -> dict[str, Any]:
                                       lambda: terminate(node), revive_script(node),
                                       p["heartbeat_config"], dr.STANDIN_RECORD,
                                       p["heartbeat_metrics_path"])  # fmt: skip
+        elif p["fault"] == "reboot":
+            unit = job.unit_name(node.name)
+            _rc, out, _ = probe(node.module, ["systemctl", "is-enabled", unit])
+            enabled = out.strip() == "enabled"
+            if p["reboot_phase"] == "arm":
+                armed = dr.drill_reboot_arm(target, p["drill_id"], timeout, unit, enabled)
+                return {"host": node.host, "reboot_armed": armed}
+            result = dr.drill_reboot_judge(target, p["drill_id"], timeout, unit, enabled)
         else:
             result = dr.drill_ssh_drop(target, p["drill_id"], duration, timeout)
     except dr.DrillError as exc:
@@ -944,6 +961,7 @@ def main() -> None:
             "duration_s": {"type": "int", "default": 20},
             "netem_delay_ms": {"type": "int", "default": 50},
             "netem_loss_pct": {"type": "float", "default": 1.0},
+            "reboot_phase": {"type": "str", "default": "arm", "choices": ["arm", "judge"]},
         },
         supports_check_mode=False,
     )

@@ -1,13 +1,16 @@
 """`nodeprep drill` against the quick start node's running job (the spot story's job, the
 reference trainer in the image under torchrun, a checkpoint every 20 steps).
 
-One run drills netem, link, ssh-drop, disk-full and preempt in turn: each meets its limit
+One run drills netem, link, ssh-drop, disk-full, preempt and reboot in turn: each meets its
+limit
 (netem, link, ssh-drop: none lost, no restart, no trip; link: the bond fails over;
 disk-full: /data filled until less than one checkpoint fits, a save fails with the
 trainer's sentence, the heartbeat's free-space probe reports it, the newest checkpoint
 verifies, the fill goes and the next save commits, no step lost; preempt: the notice posted
 at the node's metadata stand-in is seen by the heartbeat, whose emergency checkpoint the
-caller bounds, then SIGTERM, and the job, started again, loses at most 1 step). The login
+caller bounds, then SIGTERM, and the job, started again, loses at most 1 step; reboot: the
+node reboots (Ansible's reboot), the job's boot unit starts it again and it resumes within
+the checkpoint interval, and the metadata stand-in is back with the boot). The login
 session the test opened as the job's user is ended while the job goes on, and afterwards
 the node is as it was (no netem qdisc, both bond members up, no notice, no fill, no undo
 unit left). Then a netem drill whose controller and node-side module are both SIGKILLed
@@ -84,7 +87,8 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         report = workdir / "drill.json"
         done = subprocess.run(
             [NODEPREP, "drill", str(inventory), "--name", name, "--faults",
-             "netem,link,ssh-drop,disk-full,preempt", "--duration", str(DURATION_S), "--fast",
+             "netem,link,ssh-drop,disk-full,preempt,reboot", "--duration", str(DURATION_S),
+             "--fast",
              "-e", f"@{job_vars}", "--json", str(report)],
             capture_output=True, text=True, env=node.env, timeout=1500, check=False,
             cwd=workdir,
@@ -92,7 +96,7 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         print(done.stdout[-6000:], done.stderr[-3000:], flush=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         drills = {d["fault"]: d for d in json.loads(report.read_text())["drills"]}
-        assert sorted(drills) == ["disk-full", "link", "netem", "preempt", "ssh-drop"]
+        assert sorted(drills) == ["disk-full", "link", "netem", "preempt", "reboot", "ssh-drop"]
         assert all(d["passed"] for d in drills.values()), drills
         assert drills["link"]["detected_by"] == "bond", drills["link"]
         for fault in ("netem", "link", "ssh-drop", "disk-full"):
@@ -111,6 +115,7 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         assert preempt["restored"] is True, preempt
         assert preempt["next_step_s"] is not None, preempt
         assert "the SIGTERM's: step" in preempt["detail"], preempt
+        _came_back_after_the_reboot(drills["reboot"])
         figures = {f: {k: d[k] for k in ("detect_s", "steps_lost", "next_step_s")}
                    for f, d in drills.items()}  # fmt: skip
         print("drills:", json.dumps(figures), flush=True)
@@ -118,15 +123,30 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         if session.poll() is None:
             session.kill()
             session.wait()
-    assert "netem" not in node.sh(NETEM)
-    assert _members_up(node) == members
-    assert node.sh(UNDO_UNITS).strip() == "0"
-    assert node.sh("ls /run/nodeprep/lab/cloud-notice 2>/dev/null | wc -l").strip() == "0"
-    fills = f"ls /data/nodeprep/jobs/{name}/.nodeprep-drill-fill-* 2>/dev/null | wc -l"
-    assert node.sh(fills).strip() == "0"
+    _as_it_was(node, members, name)
     the_undo_outlives_a_lost_drill(node, inventory, workdir, job_vars, name)
     print(f"drill story: {time.monotonic() - began:.0f} s", flush=True)
     return dict(preempt)
+
+
+def _as_it_was(node: LabNode, members: list[str], name: str) -> None:
+    assert "netem" not in node.sh(NETEM)
+    assert _members_up(node) == members
+    assert node.sh(UNDO_UNITS).strip() == "0"
+    assert node.sh("ls /var/lib/nodeprep/drills/reboot-*.json 2>/dev/null | wc -l").strip() == "0"
+    # The stand-in came back with the boot, as a cloud's metadata service would.
+    assert node.sh("systemctl is-active nodeprep-lab-metadata").strip() == "active"
+    assert node.sh("ls /run/nodeprep/lab/cloud-notice 2>/dev/null | wc -l").strip() == "0"
+    fills = f"ls /data/nodeprep/jobs/{name}/.nodeprep-drill-fill-* 2>/dev/null | wc -l"
+    assert node.sh(fills).strip() == "0"
+
+
+def _came_back_after_the_reboot(reboot: dict[str, Any]) -> None:
+    assert reboot["detected_by"] == "boot unit", reboot
+    assert reboot["steps_lost"] <= reboot["steps_lost_limit"] == 20, reboot
+    assert reboot["restored"] is True, reboot
+    assert reboot["next_step_s"] is not None, reboot
+    assert "resumed from step" in reboot["detail"], reboot
 
 
 def the_undo_outlives_a_lost_drill(

@@ -1,7 +1,7 @@
 """The quick start node's job story: `nodeprep run` starts a job, `nodeprep drill` drills it
-(netem, link, ssh-drop, disk-full, then preempt: a spot notice that must reach the job as
-an emergency checkpoint within 5 s, then SIGTERM, then the job back), `nodeprep stop` ends
-it.
+(netem, link, ssh-drop, disk-full, preempt: a spot notice that must reach the job as an
+emergency checkpoint within 5 s, then SIGTERM, then the job back; then reboot),
+`nodeprep stop` ends it.
 
 The node is an AWS VM only by what the user says (``heartbeat_cloud: aws``; its DMI says
 QEMU). `nodeprep lab metadata node1 up` serves the stand-in IMDSv2 (a fake:

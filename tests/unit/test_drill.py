@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -32,7 +33,8 @@ def invoke(*args: str) -> tuple[int, str]:
         (["--faults", ""], "--faults '' names no fault"),
         (["--faults", "kill,,netem"], "names no fault (or has an empty item)"),
         (["--faults", "explode"], "unknown fault 'explode'"),
-        (["--faults", "reboot"], "the 'reboot' drill is not in this release"),
+        (["--faults", "blackhole"], "the 'blackhole' drill is not in this release"),
+        (["--faults", "reboot"], "--faults reboot can cut gpu01 off its network; add --yes"),
         (["--faults", "kill", "--name", "a b"], "--name 'a b' is not a job name"),
         (["--faults", "kill", "-l", "nosuch"], "nosuch"),
         (["--faults", "kill", "--duration", "0"], "--duration"),
@@ -432,3 +434,101 @@ def test_refusals_that_need_a_node_are_read_from_what_the_node_says(
     monkeypatch.setattr(drill, "mount_info", lambda mount: ("254:1", "ext4"))  # /'s device
     with pytest.raises(drill.DrillError, match="node's system filesystem"):
         drill.drill_disk_full(grown, "d1", 5, 30, str(tmp_path / "none.prom"), str(config))
+
+
+def test_reboot_runs_without_mitogen_and_the_other_faults_with_it(
+    monkeypatch: pytest.MonkeyPatch, fleet: Path
+) -> None:
+    """Ansible's reboot waits for the new boot over plain ssh: --fast leaves that run alone."""
+    seen: list[runner.RunRequest] = []
+
+    def fake(request: runner.RunRequest, on_progress: object = None) -> runner.RunResult:
+        seen.append(request)
+        fault = request.extra_vars["job_drill_fault"]
+        return _result([{"host": "gpu01", "drill": _found(fault, True)}], [])
+
+    monkeypatch.setattr(runner, "run", fake)
+    monkeypatch.setattr("nodeprep.cli.job.refuse_fast_without_mitogen", lambda fast: None)
+    code, out = invoke("drill", str(fleet), "--name", "j", "--faults", "kill,reboot", "--yes",
+                       "--fast")  # fmt: skip
+    assert code == 0, out
+    assert [(r.extra_vars["job_drill_fault"], r.fast) for r in seen] == [
+        ("kill", True), ("reboot", False)]  # fmt: skip
+
+
+def _append(log: Path, text: str, after_s: float = 0.0) -> threading.Thread:
+    def write() -> None:
+        time.sleep(after_s)
+        with open(log, "a") as handle:
+            handle.write(text)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread
+
+
+def test_reboot_is_armed_then_judged_across_the_boot(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The arm records what the job reached where the boot keeps it; the judge reads the log
+    across the boot: the steps made until the shutdown, the start at boot, the resume."""
+    run_dir, root = tmp_path / "job", tmp_path / "drills"
+    run_dir.mkdir()
+    log = run_dir / "train.log"
+    log.write_text("start step=0 resumed=False\nstep 1 loss=0.1 t=1.0\n")
+    target = drill.Job(str(run_dir), "trainer", 20, lambda: True, list, lambda: 40, lambda: 2)
+    monkeypatch.setattr(drill, "boot_id", lambda path="": "boot-a")
+    with pytest.raises(drill.DrillError, match="no enabled boot unit"):
+        drill.drill_reboot_arm(target, "r1", 5, "nodeprep-job-j.service", False, str(root))
+    asked = time.time()
+    _append(log, f"step 47 loss=0.1 t={asked + 0.1}\n", 0.2)
+    record = drill.drill_reboot_arm(target, "r1", 5, "nodeprep-job-j.service", True, str(root))
+    assert (record["step_at_fault"], record["committed_at_fault"]) == (47, 40)
+    assert (record["boot_id"], record["emergencies"]) == ("boot-a", 2)
+    assert json.loads((root / "reboot-r1.json").read_text())["log_offset"] == log.stat().st_size
+    # Until the shutdown, then the boot: the shutdown's SIGTERM saved step 49.
+    with open(log, "a") as handle:
+        handle.write(f"step 48 loss=0.1 t={asked + 1}\nstep 49 loss=0.1 t={asked + 2}\n"
+                     "nodeprep: job j exited 143\nstart step=49 resumed=True\n")  # fmt: skip
+    save = {"signal": "SIGTERM", "step": 49, "signal_time": asked + 2.1,
+            "committed_time": asked + 2.4}  # fmt: skip
+    (run_dir / "emergency.jsonl").write_text("{}\n{}\n" + json.dumps(save) + "\n")
+    monkeypatch.setattr(drill, "boot_id", lambda path="": "boot-b")
+    monkeypatch.setattr(drill, "unit_started", lambda unit: record["asked_at"] + 40.0)
+    monkeypatch.setattr(drill, "snapshot", lambda iface="": record["snapshot"])
+    writer = _append(log, f"step 50 loss=0.1 t={record['asked_at'] + 70}\n", 0.3)
+    found = drill.drill_reboot_judge(target, "r1", 10, "nodeprep-job-j.service", True, str(root))
+    writer.join()
+    assert found["passed"], found
+    assert (found["step_at_fault"], found["resumed_from"], found["steps_lost"]) == (49, 49, 0)
+    assert (found["detected_by"], found["detect_s"]) == ("boot unit", 40.0)
+    assert found["checkpoint_s"] == pytest.approx(0.3, abs=0.01)
+    assert found["next_step_s"] == pytest.approx(70, abs=0.01)
+    assert "the shutdown's SIGTERM saved step 49" in found["detail"], found
+    assert not (root / "reboot-r1.json").exists()
+    with pytest.raises(drill.DrillError, match="no reboot drill r1 was armed"):
+        drill.drill_reboot_judge(target, "r1", 1, "nodeprep-job-j.service", True, str(root))
+
+
+def test_a_reboot_that_did_not_happen_or_a_job_that_did_not_come_back_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run_dir, root = tmp_path / "job", tmp_path / "drills"
+    run_dir.mkdir()
+    log = run_dir / "train.log"
+    log.write_text("step 1 loss=0.1 t=1.0\n")
+    alive = [True]
+    target = drill.Job(str(run_dir), "trainer", 20, lambda: alive[0], list, lambda: None,
+                       lambda: 0)  # fmt: skip
+    monkeypatch.setattr(drill, "boot_id", lambda path="": "same")
+    monkeypatch.setattr(drill, "unit_started", lambda unit: None)
+    _append(log, f"step 2 loss=0.1 t={time.time() + 1}\n", 0.2)
+    drill.drill_reboot_arm(target, "r2", 5, "u.service", True, str(root))
+    alive[0] = False
+    found = drill.drill_reboot_judge(target, "r2", 0.5, "u.service", False, str(root))
+    assert found["passed"] is False
+    problems = "; ".join(found["problems"])
+    assert "the node did not reboot" in problems
+    assert "the job did not start again within 0.5 s" in problems
+    assert "the boot unit u.service is no longer enabled" in problems
+    assert "the job is not running" in problems

@@ -104,7 +104,7 @@ def _check(found: dict[str, Any]) -> report.CheckResult:
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JUnit XML here.")  # fmt: skip
 @click.option("--yes", is_flag=True,
-              help="Allow faults that can cut a node off (link, netem) outside "
+              help="Allow faults that can cut a node off (link, netem, reboot) outside "
               "the lab.")  # fmt: skip
 @forks_option
 @extra_vars_option
@@ -131,6 +131,10 @@ def drill_cmd(
       nodeprep drill inventory.ini --faults kill,netem
       nodeprep drill inventory.ini --name pretrain --faults link -l gpu02 --yes
       nodeprep drill inventory.ini --faults kill --junit drill.xml --json drill.json
+      nodeprep drill inventory.ini --name pretrain --faults reboot -l gpu03 --yes
+
+    reboot reboots the node (Ansible's reboot: it waits for a new boot id) and measures how
+    the job's boot unit brought the job back; it needs that unit (`nodeprep run` enables it).
     """
     try:
         chosen = drill.parse_faults(faults)
@@ -172,8 +176,8 @@ def _drill(
     forks: int | None, verbosity: int, fast: bool, connection: runner.Connection,
     console: Console, hosts: list[str],
 ) -> int:  # fmt: skip
-    def request(limit: str | None, more: dict[str, Any]) -> runner.RunRequest:
-        return job_request(inventory, limit, forks, {**variables, **more}, verbosity, fast,
+    def request(limit: str | None, more: dict[str, Any], quick: bool = fast) -> runner.RunRequest:
+        return job_request(inventory, limit, forks, {**variables, **more}, verbosity, quick,
                         connection)  # fmt: skip
 
     asked = ask_passwords(request(None, {}))
@@ -199,12 +203,14 @@ def _drill(
         for index, fault in enumerate(chosen, start=1):
             console.print(f"  [{index}/{len(chosen)}] {fault} on {target} ...", markup=False)
             began = time.monotonic()
+            # Ansible's reboot waits for the new boot over plain ssh (mitogen's connection
+            # does not outlive a reboot), so --fast does not apply to it.
             result = runner.run(request(target, {
                 "job_name": job_name, "nodeprep_job_action": "drill", "job_drill_fault": fault,
                 "job_drill_id": f"{job_name}-{index}-{fault}" if own else
                 f"{job_name}-{stamp}-{index}-{fault}",
                 "job_drill_duration_s": duration_s,
-            }))  # fmt: skip
+            }, fast and fault != "reboot"))  # fmt: skip
             drills = [{**j["drill"], "host": j["host"]} for j in result.jobs if "drill" in j]
             if result.exit_code != EXIT_OK or not drills:
                 console.print(f"nodeprep drill: {fault} on {target}: {_why(result)}",

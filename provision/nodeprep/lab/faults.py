@@ -11,7 +11,7 @@ import re
 
 from nodeprep.lab.errors import LabInputError
 from nodeprep.lab.node import BOND_NICS
-from nodeprep.lab.qmp import connect
+from nodeprep.lab.qmp import QmpClient, connect
 from nodeprep.lab.state import NodeRecord
 
 DATA_DRIVE = "data0"
@@ -42,12 +42,19 @@ def set_link(node: NodeRecord, nic: str, up: bool) -> None:
 
 def reset(node: NodeRecord) -> None:
     """Power-cycle the node: a hard reset, as a kernel panic or a power loss would leave it
-    (no shutdown runs, nothing is flushed). The node boots again in the same qemu: its
-    command line says -no-reboot (a guest that reboots by itself is a failure there), so the
-    reset action is switched to "reset" first."""
+    (no shutdown runs, nothing is flushed). The node boots again in the same qemu (see
+    allow_reboots)."""
     with connect(node.files.qmp) as qmp:
-        qmp.execute("set-action", {"reboot": "reset"})
+        allow_reboots(qmp)
         qmp.execute("system_reset")
+
+
+def allow_reboots(qmp: QmpClient) -> None:
+    """Make a reboot boot the node again. Its qemu command line says -no-reboot (a saved
+    state's machine stays as it was), which would end qemu at the guest's reboot; nodeprep
+    reboots nodes on purpose (the reboot drill), so every node starts with this. A kernel
+    panic (panic=-1) then reboots the node too: its console log keeps the panic."""
+    qmp.execute("set-action", {"reboot": "reset"})
 
 
 def data_disk_bytes(node: NodeRecord) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from nodeprep.lab.accel import choose_accel
 from nodeprep.lab.errors import LabError, LabInputError
+from nodeprep.lab.faults import allow_reboots
 from nodeprep.lab.image import Image, ensure_image
 from nodeprep.lab.inventory import render_ini
 from nodeprep.lab.node import (
@@ -32,6 +33,7 @@ from nodeprep.lab.node import (
 )
 from nodeprep.lab.peer import PROGRAM as PEER_PROGRAM
 from nodeprep.lab.proc import run_quiet
+from nodeprep.lab.qmp import connect
 from nodeprep.lab.recipe import GUEST_USER, Recipe
 from nodeprep.lab.savedstate import SavedState, boot_fresh, ensure_saved_state, restore_node
 from nodeprep.lab.ssh import SshTarget, run_ssh, wait_for_ssh
@@ -198,6 +200,8 @@ def _start_node(
                                   on_start=on_start, links=record.wires,
                                   gateway=record.gateway)  # fmt: skip
         log.info("%s restored to SSH in %.1f s", record.name, seconds)
+    with connect(files.qmp) as qmp:
+        allow_reboots(qmp)
 
 
 def _personalise(record: NodeRecord, image: Image, key: Path) -> None:
