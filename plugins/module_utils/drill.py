@@ -703,8 +703,14 @@ class _Reclaim:
         self, notice: str, text: str, duration_s: float, timeout_s: float,
         terminate: Callable[[], list[int]],
     ) -> None:  # fmt: skip
-        with open(notice, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            with open(notice, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise DrillError(
+                f"cannot post the notice at {notice}, the file the metadata stand-in reads "
+                f"({exc.strerror}); serve the stand-in again (`nodeprep lab metadata NODE up`)."
+            ) from None
         self.fault_time = time.time()  # the notice is there from now
         self.timeline = Timeline(self.fault_time)
         while time.time() < self.fault_time + duration_s:
@@ -1205,11 +1211,12 @@ def drill_reboot_arm(
     for name in os.listdir(root):  # a record of a drill whose controller went away
         if name.startswith("reboot-") and name.endswith(".json"):
             os.unlink(os.path.join(root, name))
-    reached = last_step(job.log)
+    offset = os.path.getsize(job.log) if os.path.exists(job.log) else 0
+    reached = last_step(job.log)  # a step logged after OFFSET is read again by the judge
     record = {
         "drill_id": drill_id, "boot_id": boot_id(), "asked_at": time.time(),
-        "log_offset": os.path.getsize(job.log) if os.path.exists(job.log) else 0,
-        "step_at_fault": reached[0] if reached else None, "committed_at_fault": job.committed(),
+        "log_offset": offset, "step_at_fault": reached[0] if reached else None,
+        "committed_at_fault": job.committed(),
         "emergencies": job.emergencies(), "snapshot": snapshot(),
     }  # fmt: skip
     path = reboot_record_path(drill_id, root)

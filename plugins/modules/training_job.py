@@ -776,7 +776,8 @@ def drill(node: Node) -> dict[str, Any]:
         node.module.fail_json(msg="action=drill needs a fault and a drill_id of letters, digits, "
                               "'-' or '_'.", nodeprep_refused=True, nodeprep_job={})  # fmt: skip
     pane = node.pane()
-    if pane is None or pane["dead"]:
+    after_boot = p["fault"] == "reboot" and p["reboot_phase"] == "judge"  # the unit starts it
+    if (pane is None or pane["dead"]) and not after_boot:
         node.module.fail_json(msg=f"job {node.name} is not running on {node.host} (see `nodeprep "
                               "status`); a drill needs a running job.", nodeprep_refused=True,
                               nodeprep_job={})  # fmt: skip

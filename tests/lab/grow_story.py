@@ -10,8 +10,8 @@ service, ModifyVolume, the wait for the kernel, growpart and the online ext4 gro
 Stand-ins, each at a boundary that cannot exist here:
 - EC2 is moto on the host's 127.0.0.1, reached from the node through an ssh reverse tunnel
   (the management NIC has restrict=on);
-- the metadata service is nodeprep/lab/cloud_standin.py on a dummy interface at 169.254.169.254 on
-  the node, serving dummy instance-role credentials;
+- the metadata service is nodeprep/lab/cloud_standin.py, served on the node at 169.254.169.254
+  by `nodeprep lab metadata node1 up` (dummy instance-role credentials);
 - the "hypervisor" thread grows the node's data disk through QMP once moto has accepted a
   modification, late on purpose, as EBS grows a disk under a running instance;
 - the volume id is tied to the disk by a /dev/disk/by-id link, as udev makes it on EC2.
@@ -32,10 +32,8 @@ from spot_notice import _nodeprep
 
 from moto_ec2 import REGION, SANDBOX_ENV, make_volume, moto_server
 from nodeprep import wheel
-from nodeprep.lab import cloud_standin
 from nodeprep.lab.fileserve import reverse_tunnel
 
-STANDIN = Path(cloud_standin.__file__)
 GUEST_PORT = 18731  # the node's end of the tunnel to moto
 STATE = "/var/lib/nodeprep/volume-grow"
 # boto3 and what it imports, as wheels for the node's offline install.
@@ -56,17 +54,6 @@ def aws_wheels() -> list[str]:
 def _answer(node: LabNode) -> dict[str, Any]:
     text = node.sh(f"cat {STATE}/volume-0.json 2>/dev/null || echo '{{}}'")
     return dict(json.loads(text))
-
-
-def _standin(node: LabNode) -> str:
-    """The stand-in metadata service on md0 at 169.254.169.254; its PID on the node."""
-    node.sh(f"cat > /tmp/cloud_standin.py <<'NODEPREP_STANDIN'\n{STANDIN.read_text()}"
-            "NODEPREP_STANDIN\n")  # fmt: skip
-    node.sh("sudo ip link add md0 type dummy && sudo ip addr add 169.254.169.254/32 dev md0 "
-            "&& sudo ip link set md0 up")  # fmt: skip
-    started = node.sh("sudo sh -c 'python3 /tmp/cloud_standin.py aws 169.254.169.254 80 "
-                      "/run/no-notice >/tmp/standin.log 2>&1 </dev/null & echo $!'")  # fmt: skip
-    return started.strip()
 
 
 def _variables(image_vars: dict[str, Any], volume_id: str, start_gib: int) -> dict[str, Any]:
@@ -138,7 +125,8 @@ def the_disk_grows_before_it_fills(
     began = time.monotonic()
     saved_env = {key: os.environ.get(key) for key in SANDBOX_ENV}
     os.environ.update(SANDBOX_ENV)
-    standin = _standin(node)
+    served = node.cli("metadata", "node1", "up")  # the instance role's credentials
+    assert served.returncode == 0, served.stderr
     hypervisor: Hypervisor | None = None
     try:
         with moto_server() as url:
@@ -162,8 +150,8 @@ def the_disk_grows_before_it_fills(
                     hypervisor.stop.set()
                     hypervisor.join(timeout=60)
     finally:
-        node.sh("sudo systemctl stop nodeprep-test-fill 2>/dev/null; sudo rm -rf /data/fill; "
-                f"sudo kill {standin}; sudo ip link del md0; true")  # fmt: skip
+        node.sh("sudo systemctl stop nodeprep-test-fill 2>/dev/null; sudo rm -rf /data/fill; true")
+        node.cli("metadata", "node1", "down")
         for key, value in saved_env.items():
             os.environ.pop(key, None) if value is None else os.environ.update({key: value})
     _judge(node, volume_id, start_gib, timeline, still_filling, hypervisor)

@@ -532,3 +532,13 @@ def test_a_reboot_that_did_not_happen_or_a_job_that_did_not_come_back_fails(
     assert "the job did not start again within 0.5 s" in problems
     assert "the boot unit u.service is no longer enabled" in problems
     assert "the job is not running" in problems
+
+
+def test_a_notice_that_cannot_be_posted_is_one_sentence(tmp_path: Path) -> None:
+    """The stand-in's notice file in a directory that is not there: a refusal naming it (the
+    lab's stand-in once lost that directory), not a traceback."""
+    (tmp_path / "train.log").write_text("")
+    reclaim = drill._Reclaim(_job(tmp_path), drill.LogWatch(str(tmp_path / "train.log")), 0)
+    notice = str(tmp_path / "gone" / "cloud-notice")
+    with pytest.raises(drill.DrillError, match=f"cannot post the notice at {notice}"):
+        reclaim.notice_then_sigterm(notice, "posted\n", 1, 1, list)

@@ -197,6 +197,8 @@ def serve(provider: str, host: str, port: int, notice_file: str, record: str = R
     """Serve until SIGTERM; the record exists while it does."""
     standin = CloudStandIn(provider, host=host, port=port, notice_file=notice_file)
     os.makedirs(os.path.dirname(record), exist_ok=True)
+    if notice_file:  # the record names it: whoever posts a notice writes it there
+        os.makedirs(os.path.dirname(os.path.abspath(notice_file)), exist_ok=True)
     with open(record + ".tmp", "w", encoding="utf-8") as handle:
         json.dump({"provider": provider, "url": standin.url, "notice_file": notice_file,
                    "pid": os.getpid(), "fake": True}, handle)  # fmt: skip

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from nodeprep.cli.lab import lab
 from nodeprep.lab.errors import LabInputError
+from nodeprep.lab import metadata
 from nodeprep.lab.faults import parse_size
 from nodeprep.lab.lifecycle import UpRequest
 from nodeprep.lab.state import LabState, NodeRecord, save_state
@@ -105,3 +106,18 @@ def test_apptainer_vars_names_a_missing_image_and_writes_nothing(
         result.output
     )
     assert not output.exists()
+
+
+def test_the_metadata_stand_in_is_a_unit_that_comes_back_with_the_boot() -> None:
+    """Enabled, before the heartbeat (whose notice probe must find it from the first), its
+    address on the dummy interface first, its record removed when it stops."""
+    text = metadata.unit_text("gcp")
+    lines = text.splitlines()
+    assert "Before=nodeprep-heartbeat.service" in lines
+    assert "WantedBy=multi-user.target" in lines
+    (pre,) = [line for line in lines if line.startswith("ExecStartPre=")]
+    assert "ip link add npmeta0 type dummy" in pre
+    assert "ip addr replace 169.254.169.254/32 dev npmeta0" in pre
+    assert f"ExecStart=/usr/bin/python3 {metadata.DEST} gcp 169.254.169.254 80 " in text
+    assert metadata.DEST.startswith("/var/lib/")  # kept across the boot, unlike /run
+    assert "ExecStopPost=/bin/rm -f /run/nodeprep/metadata-standin.json" in lines
