@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep.cli.lab import lab
-from nodeprep.lab.errors import LabInputError
 from nodeprep.lab import metadata
+from nodeprep.lab.errors import LabInputError
 from nodeprep.lab.faults import parse_size
 from nodeprep.lab.lifecycle import UpRequest
 from nodeprep.lab.state import LabState, NodeRecord, save_state
