@@ -159,6 +159,37 @@ def launch_script(spec: dict[str, Any], argv: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SHUTDOWN_NAME = "shutdown.sh"
+
+
+def shutdown_script(spec: dict[str, Any]) -> str:
+    """shutdown.sh, the boot unit's ExecStop: at the node's shutdown or reboot only, SIGTERM to
+    torchrun (as `nodeprep stop` and a preemption send it) so that every rank saves an
+    emergency checkpoint while the node still runs, then wait for it to exit. Without it the
+    shutdown's last SIGTERM reaches every process at once: `tee` dies with the rest and the
+    trainer, writing its next line into the broken pipe, ends before it saves (the reboot
+    drill saw that: a checkpoint interval lost). A `systemctl stop` of the unit (or its
+    restart) leaves the job alone, as KillMode=process does."""
+    return "\n".join([
+        "#!/bin/bash",
+        "# nodeprep job {}: written by `nodeprep run`; its unit's ExecStop.".format(spec["name"]),
+        '[ "$(systemctl is-system-running 2>/dev/null)" = stopping ] || exit 0',
+        "procs=${NODEPREP_CGROUP_PROCS:-/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)"
+        "/cgroup.procs}",
+        "agents=()",
+        'while read -r pid; do',
+        '  mapfile -d "" -t argv < "/proc/$pid/cmdline" 2>/dev/null || continue',
+        '  if [[ "${argv[*]}" == *' + TORCHRUN_MODULE + '* || "${argv[0]##*/}" == torchrun '
+        '|| "${argv[1]##*/}" == torchrun ]]; then agents+=("$pid"); fi',
+        'done < "$procs"',
+        '[ "${#agents[@]}" -gt 0 ] || exit 0',
+        'echo "nodeprep: the node is shutting down: SIGTERM to torchrun ${agents[*]}"',
+        'kill -TERM "${agents[@]}" 2>/dev/null',
+        'for pid in "${agents[@]}"; do while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done; done',
+        "",
+    ])  # fmt: skip
+
+
 def tmux_start_argv(tmux: str, name: str, script: str) -> list[str]:
     """Create the detached session running SCRIPT; a failed run keeps its pane to read."""
     return [tmux, "new-session", "-d", "-s", name, "-x", "200", "-y", "50", script,
@@ -184,6 +215,11 @@ def unit_text(spec: dict[str, Any], start_argv: list[str]) -> str:
         "User={}".format(spec["user"]),
         "WorkingDirectory={}".format(spec["run_dir"]),
         "ExecStart={}".format(" ".join(_unit_quote(a) for a in start_argv)),
+        # At shutdown only: SIGTERM to torchrun and a wait for every rank's emergency save.
+        "ExecStop=/bin/bash {}".format(
+            _unit_quote(os.path.join(spec["run_dir"], SHUTDOWN_NAME))
+        ),
+        "TimeoutStopSec={}".format(int(spec.get("shutdown_timeout_s") or 120) + 60),
         "KillMode=process",
         "",
         "[Install]",

@@ -45,7 +45,9 @@ description:
     node has an NVIDIA device) with torchrun inside (c10d rendezvous, I(nnodes),
     I(max_restarts), a rendezvous id derived from I(name)), output also appended to
     C(train.log). With I(boot_unit), a systemd unit starts the session, and starts it again
-    at every boot until C(action=stop).
+    at every boot until C(action=stop); its ExecStop (C(shutdown.sh), also written to
+    I(run_dir)) sends SIGTERM to torchrun when the node shuts down or reboots, and waits for
+    it, so that every rank saves first.
   - C(action=status) reports the job's state (running, restarting, finished, failed, stopped
     or absent), its tmux session, step, log, newest checkpoint and the heartbeat's state,
     under C(nodeprep_job).
@@ -517,6 +519,7 @@ def start(node: Node) -> dict[str, Any]:
     start_argv = job.tmux_start_argv(p["tmux"], node.name, script)
     unit = job.unit_name(node.name)
     if p["boot_unit"]:
+        write_file(node.path(job.SHUTDOWN_NAME), job.shutdown_script(spec), 0o755, uid, gid)
         unit_path = os.path.join("/etc/systemd/system", unit)
         write_file(unit_path, job.unit_text(spec, start_argv), 0o644, 0, 0)
         run_or_fail(node, ["systemctl", "daemon-reload"], "systemctl daemon-reload")

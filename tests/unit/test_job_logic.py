@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,51 @@ def test_the_unit_recreates_the_session_and_never_kills_it() -> None:
             "/data/jobs/pretrain/launch.sh \\; set-option -w -t =pretrain: remain-on-exit "
             "failed\n") in text  # fmt: skip
     assert "WantedBy=multi-user.target" in text
+    assert "ExecStop=/bin/bash /data/jobs/pretrain/shutdown.sh\n" in text
+    assert "TimeoutStopSec=180\n" in text  # the shutdown grace and a minute
+
+
+@pytest.mark.parametrize("system", ["running", "stopping"])
+def test_the_unit_stops_torchrun_only_when_the_node_shuts_down(tmp_path: Path, system: str) -> None:
+    """shutdown.sh as bash runs it: a stand-in `systemctl` (first on PATH) says whether the
+    system is stopping; the unit's cgroup is a list of real processes of this test, one of
+    them named torchrun. Only at a shutdown does SIGTERM reach it, and only it; the script
+    returns once it has exited."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\necho {system}\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    script = tmp_path / "shutdown.sh"
+    script.write_text(job.shutdown_script(SPEC))
+    agent = subprocess.Popen(["bash", "-c", "exec -a torchrun sleep 60"])
+    other = subprocess.Popen(["sleep", "60"])
+    reaper = threading.Thread(target=agent.wait)  # as its launch.sh would: no zombie left
+    reaper.start()
+    try:
+        procs = tmp_path / "cgroup.procs"
+        procs.write_text(f"{other.pid}\n{agent.pid}\n999999999\n")
+        began = time.monotonic()
+        done = subprocess.run(
+            ["bash", str(script)], capture_output=True, text=True, timeout=30, check=False,
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                 "NODEPREP_CGROUP_PROCS": str(procs)},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        if system == "stopping":
+            reaper.join(timeout=5)
+            assert agent.returncode == -15
+            assert f"SIGTERM to torchrun {agent.pid}" in done.stdout
+        else:
+            assert agent.poll() is None
+            assert done.stdout == ""
+        assert other.poll() is None
+        assert time.monotonic() - began < 20
+    finally:
+        for proc in (agent, other):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        reaper.join()
 
 
 RUN, NOTHING = {"restarting": False}, {}
