@@ -65,6 +65,7 @@ PROVIDER_DRILLS = {
 }
 _STEP = re.compile(r"^step (\d+) loss=\S+ t=([0-9.]+)")
 _START = re.compile(r"^start step=(\d+) ")  # then resumed=True|False
+_BOOT = re.compile(r"nodeprep: job \S+ starting \(boot ([0-9a-f-]+)\)")  # launch.sh's first line
 _TORCHRUN_SAW = re.compile(r"failed \(exitcode: |Restarting worker group")
 _SAVE_FAILED = re.compile(r"saving checkpoint (\S+) in \S+ failed")
 _PROBE_DOWN = re.compile(r'^nodeprep_heartbeat_probe_up\{probe="([^"]+)",type="free_space"\} 0')
@@ -1242,14 +1243,16 @@ def unit_started(unit: str) -> float | None:
 
 
 def _before_the_boot(watch: LogWatch, record: dict[str, Any]) -> tuple[Timeline, int | None]:
-    """The log since the arm: the steps reached before the job started again, and a Timeline
-    fed with everything from that start on."""
+    """The log since the arm: the last step reached before the shutdown, and a Timeline fed
+    with everything from the job's start in a later boot (launch.sh's line that names a boot
+    id other than the arm's; a torchrun restart before the shutdown is not that start)."""
     timeline = Timeline(float(record["asked_at"]))
     reached = record.get("step_at_fault")
     lines = watch.poll()
     for index, (_seen, line) in enumerate(lines):
-        if _START.match(line):
-            timeline.feed(lines[index:])
+        boot = _BOOT.search(line)
+        if boot and boot.group(1) != record.get("boot_id"):
+            timeline.feed(lines[index + 1 :])
             return timeline, reached
         step = _STEP.match(line)
         if step:
@@ -1259,10 +1262,13 @@ def _before_the_boot(watch: LogWatch, record: dict[str, Any]) -> tuple[Timeline,
 
 def _shutdown_save(job: Job, record: dict[str, Any], result: dict[str, Any]) -> str:
     """The emergency checkpoint the shutdown's SIGTERM made, if any: its time to durable."""
+    asked = float(record["asked_at"])
     saves = [
         r
         for r in emergency_records(job.run_dir, int(record.get("emergencies") or 0))
-        if _num(r, "signal_time") is not None and _num(r, "committed_time") is not None
+        if r.get("signal") == "SIGTERM"
+        and (_num(r, "signal_time") or 0.0) >= asked
+        and _num(r, "committed_time") is not None
     ]
     if not saves:
         return "no emergency checkpoint at the shutdown"
@@ -1277,8 +1283,8 @@ def _came_back(
     timeout_s: float,
 ) -> str:  # fmt: skip
     """Wait for the job's first step after its start at boot; where it resumed, what that lost."""
-    end = time.time() + timeout_s
-    while time.time() < end and not timeline.after_resume:
+    end = time.monotonic() + timeout_s  # the wall clock may be stepped just after a boot
+    while time.monotonic() < end and not timeline.after_resume:
         timeline.feed(watch.poll())
         time.sleep(0.1)
     result["resumed_from"] = timeline.resumed_from
@@ -1300,8 +1306,9 @@ def drill_reboot_judge(
     root: str = REBOOT_DIR,
 ) -> dict[str, Any]:  # fmt: skip
     """After the reboot: the node booted anew, the boot unit started the job, and it resumed
-    from a checkpoint; at most the checkpoint interval lost. Times are from the reboot's ask
-    (the arm) on the node's wall clock, which the boot carries over."""
+    from a checkpoint; at most the checkpoint interval lost. Times are from the arm (the task
+    just before Ansible's reboot, so they include that task's start), on the node's wall
+    clock, which the boot carries over."""
     path = reboot_record_path(drill_id, root)
     record = _load(path)
     if not record:
@@ -1318,7 +1325,7 @@ def drill_reboot_judge(
                      committed_at_fault=record.get("committed_at_fault"))  # fmt: skip
     if boot_id() == record.get("boot_id"):
         result["problems"].append("the node did not reboot: its boot id is the one before")
-    said = [f"kernel up {time.time() - time.monotonic() - asked:.1f} s after the reboot was asked",
+    said = [f"kernel up {time.time() - time.monotonic() - asked:.1f} s after the arm",
             _shutdown_save(job, record, result)]  # fmt: skip
     said.append(_came_back(result, timeline, watch, reached, timeout_s))
     started = unit_started(boot_unit)

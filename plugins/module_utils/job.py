@@ -173,16 +173,19 @@ def shutdown_script(spec: dict[str, Any]) -> str:
     return "\n".join([
         "#!/bin/bash",
         "# nodeprep job {}: written by `nodeprep run`; its unit's ExecStop.".format(spec["name"]),
-        '[ "$(systemctl is-system-running 2>/dev/null)" = stopping ] || exit 0',
+        'state=$(systemctl is-system-running 2>/dev/null)',
+        '[ "$state" = stopping ] || exit 0',
         "procs=${NODEPREP_CGROUP_PROCS:-/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)"
         "/cgroup.procs}",
         "agents=()",
         'while read -r pid; do',
-        '  mapfile -d "" -t argv < "/proc/$pid/cmdline" 2>/dev/null || continue',
+        '  mapfile -d "" -t argv 2>/dev/null < "/proc/$pid/cmdline" || continue',
         '  if [[ "${argv[*]}" == *' + TORCHRUN_MODULE + '* || "${argv[0]##*/}" == torchrun '
         '|| "${argv[1]##*/}" == torchrun ]]; then agents+=("$pid"); fi',
         'done < "$procs"',
-        '[ "${#agents[@]}" -gt 0 ] || exit 0',
+        'if [ "${#agents[@]}" -eq 0 ]; then',
+        '  echo "nodeprep: the node is shutting down; no torchrun agent in $procs"; exit 0',
+        "fi",
         'echo "nodeprep: the node is shutting down: SIGTERM to torchrun ${agents[*]}"',
         'kill -TERM "${agents[@]}" 2>/dev/null',
         'for pid in "${agents[@]}"; do while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done; done',
@@ -203,7 +206,8 @@ def unit_text(spec: dict[str, Any], start_argv: list[str]) -> str:
         "# Written by `nodeprep run`; removed by `nodeprep stop`.",
         "[Unit]",
         f"Description=nodeprep training job {spec['name']} (tmux session of {spec['user']})",
-        "After=network-online.target nodeprep-heartbeat.service",
+        # dbus: the ExecStop's `systemctl is-system-running` (as the job's user) asks over it.
+        "After=network-online.target nodeprep-heartbeat.service dbus.service",
         "Wants=network-online.target",
         # The run directory's filesystem (a data disk mounted with nofail) before the job.
         "RequiresMountsFor={}".format(spec["run_dir"]),

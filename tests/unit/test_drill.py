@@ -477,23 +477,30 @@ def test_reboot_is_armed_then_judged_across_the_boot(
     log = run_dir / "train.log"
     log.write_text("start step=0 resumed=False\nstep 1 loss=0.1 t=1.0\n")
     target = drill.Job(str(run_dir), "trainer", 20, lambda: True, list, lambda: 40, lambda: 2)
-    monkeypatch.setattr(drill, "boot_id", lambda path="": "boot-a")
+    monkeypatch.setattr(drill, "boot_id", lambda path="": "aaaa-1111")
     with pytest.raises(drill.DrillError, match="no enabled boot unit"):
         drill.drill_reboot_arm(target, "r1", 5, "nodeprep-job-j.service", False, str(root))
     asked = time.time()
     _append(log, f"step 47 loss=0.1 t={asked + 0.1}\n", 0.2)
     record = drill.drill_reboot_arm(target, "r1", 5, "nodeprep-job-j.service", True, str(root))
     assert (record["step_at_fault"], record["committed_at_fault"]) == (47, 40)
-    assert (record["boot_id"], record["emergencies"]) == ("boot-a", 2)
+    assert (record["boot_id"], record["emergencies"]) == ("aaaa-1111", 2)
     assert json.loads((root / "reboot-r1.json").read_text())["log_offset"] == log.stat().st_size
-    # Until the shutdown, then the boot: the shutdown's SIGTERM saved step 49.
+    # Until the shutdown (a torchrun restart on the way, then the heartbeat's save), then the
+    # boot: the shutdown's SIGTERM saved step 49, and the job started in the new boot.
     with open(log, "a") as handle:
-        handle.write(f"step 48 loss=0.1 t={asked + 1}\nstep 49 loss=0.1 t={asked + 2}\n"
-                     "nodeprep: job j exited 143\nstart step=49 resumed=True\n")  # fmt: skip
+        handle.write(f"start step=40 resumed=True\nstep 48 loss=0.1 t={asked + 1}\n"
+                     f"step 49 loss=0.1 t={asked + 2}\nnodeprep: job j exited 143\n"
+                     "2026-12-06T10:00:00+00:00 nodeprep: job j starting (boot bbbb-2222)\n"
+                     "start step=49 resumed=True\n")  # fmt: skip
+    heartbeat = {"signal": "SIGUSR1", "step": 48, "signal_time": asked + 1.1,
+                 "committed_time": asked + 1.2}  # fmt: skip
     save = {"signal": "SIGTERM", "step": 49, "signal_time": asked + 2.1,
             "committed_time": asked + 2.4}  # fmt: skip
-    (run_dir / "emergency.jsonl").write_text("{}\n{}\n" + json.dumps(save) + "\n")
-    monkeypatch.setattr(drill, "boot_id", lambda path="": "boot-b")
+    (run_dir / "emergency.jsonl").write_text(
+        "{}\n{}\n" + json.dumps(save) + "\n" + json.dumps(heartbeat) + "\n"
+    )
+    monkeypatch.setattr(drill, "boot_id", lambda path="": "bbbb-2222")
     monkeypatch.setattr(drill, "unit_started", lambda unit: record["asked_at"] + 40.0)
     monkeypatch.setattr(drill, "snapshot", lambda iface="": record["snapshot"])
     writer = _append(log, f"step 50 loss=0.1 t={record['asked_at'] + 70}\n", 0.3)
