@@ -27,14 +27,16 @@ def _field(text: str, name: str) -> str | None:
 
 
 def parse(text: str) -> dict[str, Any]:
-    """Mode, MII polling interval, active member and each member's MII status.
+    """Mode, MII and ARP polling intervals, ARP targets, active member and each member's
+    MII status (under ARP monitoring too: the kernel's word for a member's link state).
 
     ``{"exists": False, ...}`` for an empty text (no such bond). ``members`` keeps the
     kernel's order; ``up`` lists the members whose own MII status is up.
     """
     if not text.strip():
-        return {"exists": False, "mode": None, "miimon": None, "active": None,
-                "members": [], "up": []}  # fmt: skip
+        return {"exists": False, "mode": None, "miimon": None, "arp_interval": None,
+                "arp_targets": [], "arp_validate": None, "active": None, "members": [],
+                "up": []}  # fmt: skip
     members: list[str] = []
     up: list[str] = []
     # Everything after a "Slave Interface:" line up to the next one belongs to that member.
@@ -49,6 +51,11 @@ def parse(text: str) -> dict[str, Any]:
         "exists": True,
         "mode": _field(text, "Bonding Mode"),
         "miimon": _field(text, "MII Polling Interval (ms)"),
+        "arp_interval": _field(text, "ARP Polling Interval (ms)") or "0",
+        "arp_targets": (_field(text, "ARP IP target/s (n.n.n.n form)") or "")
+        .replace(",", " ")
+        .split(),
+        "arp_validate": None,  # not in the report; read() takes it from sysfs
         "active": _field(text, "Currently Active Slave"),
         "members": members,
         "up": up,
@@ -59,6 +66,13 @@ def read(bond: str) -> dict[str, Any]:
     """The live report of BOND (``exists`` False when the kernel has no such bond)."""
     try:
         with open(f"/proc/net/bonding/{bond}", encoding="utf-8") as handle:
-            return parse(handle.read())
+            found = parse(handle.read())
     except OSError:
         return parse("")
+    try:  # "all 3": the name, then the number
+        with open(f"/sys/class/net/{bond}/bonding/arp_validate", encoding="utf-8") as handle:
+            words = handle.read().split()
+            found["arp_validate"] = words[0] if words else None
+    except OSError:
+        pass
+    return found

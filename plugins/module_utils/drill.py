@@ -31,8 +31,6 @@ from urllib.parse import urlsplit
 
 # Every fault the drill command knows, in the order of the issue that asked for them.
 FAULTS = ("kill", "preempt", "link", "blackhole", "netem", "disk-full", "ssh-drop", "reboot")
-# The faults this release can inject; the others are refused by name (exit 2), never faked.
-BUILT = ("kill", "preempt", "link", "netem", "disk-full", "ssh-drop", "reboot")
 # Faults that can cut a node off its network; outside the lab they need --yes.
 CUTS_OFF = ("link", "blackhole", "netem", "reboot")
 # Steps a fault may cost: None means "at most the job's checkpoint interval".
@@ -40,9 +38,6 @@ STEPS_LOST_LIMIT: dict[str, int | None] = {
     "kill": None, "reboot": None, "preempt": 1, "link": 0, "netem": 0, "ssh-drop": 0,
     "blackhole": 0, "disk-full": 0,
 }  # fmt: skip
-WHY_NOT_BUILT = {
-    "blackhole": "needs nftables on the node and the nic_bond role's ARP monitoring",
-}
 
 UNDO_PREFIX = "nodeprep-drill-undo-"
 # A drill in progress on the node: its pid, fault and undo unit (removed by either undo).
@@ -89,11 +84,6 @@ def parse_faults(text: str) -> list[str]:
         if name not in FAULTS:
             raise DrillError(
                 f"--faults: unknown fault {name!r}; the faults are {', '.join(FAULTS)}."
-            )
-        if name not in BUILT:
-            raise DrillError(
-                f"--faults: the {name!r} drill is not in this release ({WHY_NOT_BUILT[name]}); "
-                f"drills available: {', '.join(BUILT)}."
             )
     return names
 
@@ -290,12 +280,14 @@ def bonds(root: str = "/proc/net/bonding") -> list[dict[str, Any]]:
         mode = re.search(r"^Bonding Mode: (.+)$", text, re.M)
         active = re.search(r"^Currently Active Slave: (\S+)$", text, re.M)
         miimon = re.search(r"^MII Polling Interval \(ms\): (\d+)$", text, re.M)
+        arp = re.search(r"^ARP Polling Interval \(ms\): (\d+)$", text, re.M)
         members = dict(re.findall(r"^Slave Interface: (\S+)\nMII Status: (\S+)$", text, re.M))
         found.append({
             "name": name,
             "mode": mode.group(1) if mode else "",
             "active": active.group(1) if active else "",
             "miimon_ms": int(miimon.group(1)) if miimon else 0,
+            "arp_ms": int(arp.group(1)) if arp else 0,
             "members": members,
         })  # fmt: skip
     return found
@@ -867,15 +859,36 @@ def drill_netem(
     return _steady("netem", job, inject, undo, duration_s, timeout_s, iface, detail)
 
 
-def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
-    """The bond's active member down for DURATION_S: the bond fails over, training goes on."""
+def _monitor(bond: dict[str, Any]) -> str:
+    if bond.get("arp_ms"):
+        return f"ARP monitoring every {bond['arp_ms']} ms"
+    return f"miimon {bond['miimon_ms']} ms"
+
+
+def _failover_bond(fault: str) -> dict[str, Any]:
+    """The first bond with an active member and a second member up, or a refusal."""
     usable = [b for b in bonds() if b["active"] and list(b["members"].values()).count("up") >= 2]
     if not usable:
         raise DrillError(
             "the node has no bond with two members up (apply the nic_bond role with two NICs); "
-            "the link drill would cut it off instead of failing over."
+            f"the {fault} drill would cut it off instead of failing over."
         )
-    bond = usable[0]
+    return usable[0]
+
+
+def _failed_over(bond: dict[str, Any], member: str) -> Callable[[float], Any]:
+    def seen(fault_time: float) -> tuple[str, float] | None:
+        for found in bonds():
+            if found["name"] == bond["name"] and found["active"] not in ("", member):
+                return "bond", round(time.time() - fault_time, 3)
+        return None
+
+    return seen
+
+
+def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
+    """The bond's active member down for DURATION_S: the bond fails over, training goes on."""
+    bond = _failover_bond("link")
     member = bond["active"]
     undo = Undo(drill_id, f"ip link set dev {shlex.quote(member)} up", duration_s + 5, "link")
 
@@ -884,17 +897,64 @@ def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
         if rc != 0:
             raise DrillError(f"ip could not take {member} down: {err.strip()}")
 
-    def failed_over(fault_time: float) -> tuple[str, float] | None:
-        for found in bonds():
-            if found["name"] == bond["name"] and found["active"] not in ("", member):
-                return "bond", round(time.time() - fault_time, 3)
-        return None
-
-    detail = (f"{member} (active member of {bond['name']}, miimon {bond['miimon_ms']} ms) down "
+    detail = (f"{member} (active member of {bond['name']}, {_monitor(bond)}) down "
               f"for {duration_s:g} s")  # fmt: skip
-    result = _steady("link", job, inject, undo, duration_s, timeout_s, "", detail, failed_over)
+    result = _steady("link", job, inject, undo, duration_s, timeout_s, "", detail,
+                     _failed_over(bond, member))  # fmt: skip
     if result["detected_by"] != "bond":
         result["problems"].append(f"bond {bond['name']} did not fail over from {member}")
+        result["passed"] = False
+    return result
+
+
+def drill_blackhole(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
+    """Every frame the bond's active member sends or receives dropped for DURATION_S while
+    its link stays up: only a bond that probes its peers (ARP monitoring) fails over; MII
+    monitoring watches the carrier, which stays up.
+
+    The drops are tc filters on the member's clsact qdisc (ingress and egress, matchall,
+    action drop): iproute2 is on every node that has a bond, where nftables often is not,
+    and a netdev-family nftables rule would drop at the same two hooks."""
+    bond = _failover_bond("blackhole")
+    member = bond["active"]
+    rc, out, _err = run(["tc", "qdisc", "show", "dev", member])
+    if rc != 0 or re.search(r"^qdisc (clsact|ingress) ", out, re.M):
+        raise DrillError(
+            f"{member} already has a clsact or ingress qdisc (or tc cannot read it); the "
+            "blackhole drill would remove it with its own, so it refuses: drill a node whose "
+            "bond members carry no tc filters."
+        )
+    quoted = shlex.quote(member)
+    undo = Undo(
+        drill_id,
+        f"if tc qdisc show dev {quoted} | grep -q '^qdisc clsact '; then "
+        f"tc qdisc del dev {quoted} clsact; fi",
+        duration_s + 5,
+        "blackhole",
+    )
+
+    def inject() -> None:
+        for argv in (["tc", "qdisc", "add", "dev", member, "clsact"],
+                     ["tc", "filter", "add", "dev", member, "ingress", "matchall", "action",
+                      "drop"],
+                     ["tc", "filter", "add", "dev", member, "egress", "matchall", "action",
+                      "drop"]):  # fmt: skip
+            rc, _out, err = run(argv)
+            if rc != 0:
+                raise DrillError(f"tc could not drop {member}'s traffic ({' '.join(argv[1:4])}): "
+                                 f"{err.strip()}")  # fmt: skip
+
+    detail = (f"every frame of {member} (active member of {bond['name']}, {_monitor(bond)}) "
+              f"dropped for {duration_s:g} s, its link up")  # fmt: skip
+    result = _steady("blackhole", job, inject, undo, duration_s, timeout_s, "", detail,
+                     _failed_over(bond, member))  # fmt: skip
+    if result["detected_by"] != "bond":
+        why = ("MII monitoring watches the carrier only, and the link stayed up; set "
+               "nic_bond_arp_interval (and nic_bond_arp_ip_targets) so that the bond probes "
+               "its peer" if not bond.get("arp_ms") else
+               f"its ARP monitoring (every {bond['arp_ms']} ms) did not see the loss; check "
+               "the ARP targets and arp_validate")  # fmt: skip
+        result["problems"].append(f"bond {bond['name']} did not notice: {why}")
         result["passed"] = False
     return result
 

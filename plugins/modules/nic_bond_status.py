@@ -15,7 +15,9 @@ short_description: Judge a bond against what the nic_bond role recorded, for nod
 description:
   - Reads the bond's report from the bonding driver (C(/proc/net/bonding/<bond>)) and pings
     the probe target through the bond, then judges five checks against the role's applied
-    marker - C(nic_bond.mode), C(nic_bond.miimon), C(nic_bond.members_up) (every member in
+    marker - C(nic_bond.mode), C(nic_bond.miimon) (the link monitor the marker names: the
+    MII polling interval, or under ARP monitoring the ARP interval, targets and validation,
+    with MII polling off), C(nic_bond.members_up) (every member in
     the bond with its own link up), C(nic_bond.active_member) (active-backup only; the
     primary when its link is up, else any member) and C(nic_bond.peer).
   - Returns them under C(checks) for C(nodeprep_check). Reads only; the ping is three
@@ -23,7 +25,8 @@ description:
 options:
   expect:
     description: What to judge against - the role's marker data (C(bond), C(mode),
-      C(miimon), C(members), C(primary), C(probe_target)). Without it, the module reads the
+      C(miimon), C(arp_interval), C(arp_ip_targets), C(arp_validate), C(members), C(primary),
+      C(probe_target)). Without it, the module reads the
       nic_bond role's marker from I(marker_dir).
     type: dict
 extends_documentation_fragment:
@@ -47,7 +50,7 @@ started:
   type: float
 seen:
   description: The bonding driver's report as parsed (C(exists), C(mode), C(miimon),
-    C(active), C(members), C(up)).
+    C(arp_interval), C(arp_targets), C(arp_validate), C(active), C(members), C(up)).
   returned: always
   type: dict
 checks:
@@ -70,7 +73,6 @@ def judge(
     bond = expect.get("bond", "")
     mode = str(expect.get("mode", "active-backup"))
     seen_mode = seen.get("mode") or ""
-    miimon = "" if expect.get("miimon") is None else str(expect["miimon"])
     members, up = list(expect.get("members", [])), list(seen.get("up", []))
     primary, active = expect.get("primary") or "", seen.get("active") or ""
     active_ok = active in members and (not primary or primary not in up or active == primary)
@@ -82,12 +84,7 @@ def judge(
             "detail": f"{bond} runs in mode '{seen_mode or 'no bond in /proc/net/bonding'}', "
             f"expected {mode}; {_AGAIN}.",
         },
-        {
-            "check": "nic_bond.miimon",
-            "passed": (seen.get("miimon") or "") == miimon,
-            "detail": f"MII polling interval is '{seen.get('miimon') or ''}' ms, expected "
-            f"{miimon} ms; {_AGAIN}.",
-        },
+        monitor(expect, seen),
         {
             "check": "nic_bond.members_up",
             "passed": bool(members) and not [m for m in members if m not in up],
@@ -109,6 +106,35 @@ def judge(
         },
     ]
     return [{"skip": "", **check} for check in checks]
+
+
+def _monitor_text(miimon: str, arp: str, targets: list[str], validate: str) -> str:
+    if arp not in ("", "0"):
+        return (f"ARP every {arp} ms to {' '.join(targets) or 'no target'} "
+                f"(arp_validate {validate or '?'}, MII polling {miimon or '?'} ms)")  # fmt: skip
+    return f"MII polling every {miimon or '?'} ms"
+
+
+def monitor(expect: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any]:
+    """The nic_bond.miimon check: the kernel runs the link monitor the marker names (a
+    marker from before ARP monitoring names MII polling only)."""
+    miimon = "" if expect.get("miimon") is None else str(expect["miimon"])
+    arp = str(expect.get("arp_interval") or 0)
+    targets = [str(t) for t in expect.get("arp_ip_targets") or []]
+    validate = str(expect.get("arp_validate") or "")
+    seen_arp = str(seen.get("arp_interval") or "0")
+    seen_targets = [str(t) for t in seen.get("arp_targets") or []]
+    if arp != "0":
+        passed = (seen_arp == arp and sorted(seen_targets) == sorted(targets)
+                  and (seen.get("arp_validate") or "") == validate
+                  and (seen.get("miimon") or "") == "0")  # fmt: skip
+    else:
+        passed = (seen.get("miimon") or "") == miimon and seen_arp == "0"
+    have = _monitor_text(seen.get("miimon") or "", seen_arp, seen_targets,
+                         seen.get("arp_validate") or "")  # fmt: skip
+    want = _monitor_text(miimon if arp == "0" else "0", arp, targets, validate)
+    return {"check": "nic_bond.miimon", "passed": passed,
+            "detail": f"The bond's link monitor is {have}, expected {want}; {_AGAIN}."}  # fmt: skip
 
 
 def ping_summary(rc: int, out: str, err: str) -> str:

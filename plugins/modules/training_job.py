@@ -786,14 +786,15 @@ def drill(node: Node) -> dict[str, Any]:
                               nodeprep_job={})  # fmt: skip
     target = _drill_job(node)
     duration, timeout = float(p["duration_s"]), float(p["timeout_s"])
+    # The faults that need nothing but the job, the drill's id and its times.
+    plain = {"kill": dr.drill_kill, "link": dr.drill_link, "blackhole": dr.drill_blackhole,
+             "ssh-drop": dr.drill_ssh_drop}  # fmt: skip
     try:
-        if p["fault"] == "kill":
-            result = dr.drill_kill(target, p["drill_id"], duration, timeout)
+        if p["fault"] in plain:
+            result = plain[p["fault"]](target, p["drill_id"], duration, timeout)
         elif p["fault"] == "netem":
             result = dr.drill_netem(target, p["drill_id"], duration, timeout,
                                     p["netem_delay_ms"], p["netem_loss_pct"])  # fmt: skip
-        elif p["fault"] == "link":
-            result = dr.drill_link(target, p["drill_id"], duration, timeout)
         elif p["fault"] == "disk-full":
             result = dr.drill_disk_full(target, p["drill_id"], duration, timeout,
                                         p["heartbeat_metrics_path"],
@@ -809,7 +810,7 @@ def drill(node: Node) -> dict[str, Any]:
                                       lambda: terminate(node), revive_script(node),
                                       p["heartbeat_config"], dr.STANDIN_RECORD,
                                       p["heartbeat_metrics_path"])  # fmt: skip
-        elif p["fault"] == "reboot":
+        else:  # reboot
             unit = job.unit_name(node.name)
             _rc, out, _ = probe(node.module, ["systemctl", "is-enabled", unit])
             enabled = out.strip() == "enabled"
@@ -817,8 +818,6 @@ def drill(node: Node) -> dict[str, Any]:
                 armed = dr.drill_reboot_arm(target, p["drill_id"], timeout, unit, enabled)
                 return {"host": node.host, "reboot_armed": armed}
             result = dr.drill_reboot_judge(target, p["drill_id"], timeout, unit, enabled)
-        else:
-            result = dr.drill_ssh_drop(target, p["drill_id"], duration, timeout)
     except dr.DrillError as exc:
         node.module.fail_json(msg=f"{node.host}: {exc}", nodeprep_refused=True,
                               nodeprep_job={"host": node.host})  # fmt: skip
@@ -960,7 +959,7 @@ def main() -> None:
             "timeout_s": {"type": "int", "default": 180},
             "prepare": {"type": "bool", "default": False},
             "measured": {"type": "dict"},
-            "fault": {"type": "str", "choices": list(dr.BUILT)},
+            "fault": {"type": "str", "choices": list(dr.FAULTS)},
             "drill_id": {"type": "str", "default": ""},
             "duration_s": {"type": "int", "default": 20},
             "netem_delay_ms": {"type": "int", "default": 50},

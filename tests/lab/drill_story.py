@@ -1,9 +1,16 @@
 """`nodeprep drill` against the quick start node's running job (the spot story's job, the
 reference trainer in the image under torchrun, a checkpoint every 20 steps).
 
-One run drills netem, link, ssh-drop, disk-full, preempt and reboot in turn: each meets its
-limit
-(netem, link, ssh-drop: none lost, no restart, no trip; link: the bond fails over;
+First the blackhole drill against the quick start's bond, which watches its members with
+MII polling: every frame of the active member is dropped while its link stays up, the bond
+does not notice, and the drill says so and fails (exit 1), leaving the node as it was. The
+nic_bond role then switches the bond to ARP monitoring of the segment's peer (`nodeprep
+provision --tags nic_bond -e nic_bond_arp_interval=100`).
+
+One run then drills netem, link, blackhole, ssh-drop, disk-full, preempt and reboot in turn:
+each meets its limit
+(netem, link, blackhole, ssh-drop: none lost, no restart, no trip; link and blackhole: the
+bond fails over;
 disk-full: /data filled until less than one checkpoint fits, a save fails with the
 trainer's sentence, the heartbeat's free-space probe reports it, the newest checkpoint
 verifies, the fill goes and the next save commits, no step lost; preempt: the notice posted
@@ -79,6 +86,9 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
             node.sh(f"sudo ip link set dev {nic} up; sudo nmcli device connect {nic} || true")
         _until("both bond members up", lambda: _members_up(node) == BOND_MEMBERS, 90, 1)
         members = _members_up(node)
+    _mii_misses_a_blackhole_and_the_role_turns_arp_monitoring_on(
+        node, inventory, workdir, job_vars, name
+    )
     # A login session of the job's user, as an operator's SSH shell would be.
     session = subprocess.Popen(node.target.argv(["sleep", "900"]), stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -88,7 +98,8 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         report = workdir / "drill.json"
         done = subprocess.run(
             [NODEPREP, "drill", str(inventory), "--name", name, "--faults",
-             "netem,link,ssh-drop,disk-full,preempt,reboot", "--duration", str(DURATION_S),
+             "netem,link,blackhole,ssh-drop,disk-full,preempt,reboot", "--duration",
+             str(DURATION_S),
              "--fast",
              "-e", f"@{job_vars}", "--json", str(report)],
             capture_output=True, text=True, env=node.env, timeout=1500, check=False,
@@ -97,10 +108,13 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         print(done.stdout[-6000:], done.stderr[-3000:], flush=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         drills = {d["fault"]: d for d in json.loads(report.read_text())["drills"]}
-        assert sorted(drills) == ["disk-full", "link", "netem", "preempt", "reboot", "ssh-drop"]
+        assert sorted(drills) == ["blackhole", "disk-full", "link", "netem", "preempt", "reboot",
+                                  "ssh-drop"]  # fmt: skip
         assert all(d["passed"] for d in drills.values()), drills
         assert drills["link"]["detected_by"] == "bond", drills["link"]
-        for fault in ("netem", "link", "ssh-drop", "disk-full"):
+        assert drills["blackhole"]["detected_by"] == "bond", drills["blackhole"]
+        assert "ARP monitoring every 100 ms" in drills["blackhole"]["detail"], drills
+        for fault in ("netem", "link", "blackhole", "ssh-drop", "disk-full"):
             assert drills[fault]["steps_lost"] == 0, drills[fault]
             assert drills[fault]["restored"] is True, drills[fault]
         assert session.wait(timeout=60) is not None  # ssh-drop ended the operator's session
@@ -128,6 +142,42 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
     the_undo_outlives_a_lost_drill(node, inventory, workdir, job_vars, name)
     print(f"drill story: {time.monotonic() - began:.0f} s", flush=True)
     return dict(preempt)
+
+
+def _mii_misses_a_blackhole_and_the_role_turns_arp_monitoring_on(
+    node: LabNode, inventory: Path, workdir: Path, job_vars: Path, name: str
+) -> None:
+    report = workdir / "blackhole-mii.json"
+    done = subprocess.run(
+        [NODEPREP, "drill", str(inventory), "--name", name, "--faults", "blackhole",
+         "--duration", str(DURATION_S), "--fast", "-e", f"@{job_vars}", "--json", str(report)],
+        capture_output=True, text=True, env=node.env, timeout=600, check=False, cwd=workdir,
+    )  # fmt: skip
+    print(done.stdout[-3000:], done.stderr[-2000:], flush=True)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    (missed,) = json.loads(report.read_text())["drills"]
+    assert missed["passed"] is False, missed
+    assert missed["detected_by"] == "", missed
+    assert "miimon 100 ms" in missed["detail"], missed
+    said = json.dumps(missed)
+    assert "did not notice: MII monitoring watches the carrier only" in said, missed
+    assert "nic_bond_arp_interval" in said, missed
+    assert missed["restored"] is True, missed
+    assert node.sh("sudo tc qdisc show dev ens4; sudo tc qdisc show dev ens5").count("clsact") == 0
+    began = time.monotonic()
+    done = subprocess.run(
+        [NODEPREP, "provision", str(inventory), "--tags", "nic_bond", "--fast",
+         "-e", "nic_bond_arp_interval=100"],
+        capture_output=True, text=True, env=node.env, timeout=600, check=False, cwd=workdir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    print(f"drill story: the bond switched to ARP monitoring in "
+          f"{time.monotonic() - began:.0f} s", flush=True)  # fmt: skip
+    text = node.sh("cat /proc/net/bonding/bond0")
+    assert "ARP Polling Interval (ms): 100\n" in text, text
+    assert "MII Polling Interval (ms): 0\n" in text, text
+    _until("both bond members up under ARP monitoring",
+           lambda: _members_up(node) == BOND_MEMBERS, 30, 0.5)  # fmt: skip
 
 
 def _as_it_was(node: LabNode, members: list[str], name: str) -> None:

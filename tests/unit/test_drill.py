@@ -33,7 +33,7 @@ def invoke(*args: str) -> tuple[int, str]:
         (["--faults", ""], "--faults '' names no fault"),
         (["--faults", "kill,,netem"], "names no fault (or has an empty item)"),
         (["--faults", "explode"], "unknown fault 'explode'"),
-        (["--faults", "blackhole"], "the 'blackhole' drill is not in this release"),
+        (["--faults", "blackhole"], "--faults blackhole can cut gpu01 off its network; add --yes"),
         (["--faults", "reboot"], "--faults reboot can cut gpu01 off its network; add --yes"),
         (["--faults", "kill", "--name", "a b"], "--name 'a b' is not a job name"),
         (["--faults", "kill", "-l", "nosuch"], "nosuch"),
@@ -158,8 +158,6 @@ def test_the_lab_needs_no_yes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 def test_fault_names() -> None:
     assert drill.parse_faults(" kill , netem,kill") == ["kill", "netem", "kill"]
-    assert set(drill.BUILT) <= set(drill.FAULTS)
-    assert set(drill.WHY_NOT_BUILT) == set(drill.FAULTS) - set(drill.BUILT)
     assert set(drill.STEPS_LOST_LIMIT) == set(drill.FAULTS)
     assert drill.checkpoint_every(["-m", "x", "--checkpoint-every", "20"]) == 20
     assert drill.checkpoint_every(["--checkpoint-every=7"]) == 7
@@ -549,3 +547,94 @@ def test_a_notice_that_cannot_be_posted_is_one_sentence(tmp_path: Path) -> None:
     notice = str(tmp_path / "gone" / "cloud-notice")
     with pytest.raises(drill.DrillError, match=f"cannot post the notice at {notice}"):
         reclaim.notice_then_sigterm(notice, "posted\n", 1, 1, list)
+
+
+def _training(log: Path, stop: threading.Event) -> None:
+    """A job's log: a step every 50 ms, as the reference trainer writes them."""
+    step = 40
+    while not stop.is_set():
+        step += 1
+        with log.open("a") as handle:
+            handle.write(f"step {step} loss=0.5 t={time.time():.3f}\n")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("arp_ms", [0, 100])
+def test_blackhole_drops_the_active_members_traffic_and_only_arp_monitoring_notices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arp_ms: int
+) -> None:
+    """The node stood in for: `tc` records what it is asked, the bond (as /proc/net/bonding
+    shows it) fails over while the drop is on only when it probes with ARP."""
+    calls: list[list[str]] = []
+    dropping = threading.Event()
+    undo: list[str] = []
+
+    def node(argv: list[str], timeout: float = 30) -> tuple[int, str, str]:
+        calls.append(argv)
+        if argv[:3] == ["tc", "qdisc", "show"]:
+            return 0, "qdisc mq 0: root\nqdisc fq_codel 0: parent :1 limit 10240p\n", ""
+        if argv[:2] == ["tc", "filter"]:
+            dropping.set()
+        return 0, "", ""
+
+    def bonds() -> list[dict[str, Any]]:
+        active = "ens5" if dropping.is_set() and arp_ms else "ens4"
+        return [{"name": "bond0", "mode": "fault-tolerance (active-backup)", "active": active,
+                 "miimon_ms": 0 if arp_ms else 100, "arp_ms": arp_ms,
+                 "members": {"ens4": "up", "ens5": "up"}}]  # fmt: skip
+
+    monkeypatch.setattr(drill, "run", node)
+    monkeypatch.setattr(drill, "bonds", bonds)
+    monkeypatch.setattr(drill.Undo, "arm", lambda self: undo.append(self.script))
+    monkeypatch.setattr(drill.Undo, "now", lambda self: (dropping.clear(), (0, ""))[1])
+    stop = threading.Event()
+    writer = threading.Thread(target=_training, args=(tmp_path / "train.log", stop))
+    writer.start()
+    try:
+        result = drill.drill_blackhole(_job(tmp_path), "d1", 0.4, 5)
+    finally:
+        stop.set()
+        writer.join()
+    assert [argv for argv in calls if argv[:3] != ["tc", "qdisc", "show"]] == [
+        ["tc", "qdisc", "add", "dev", "ens4", "clsact"],
+        ["tc", "filter", "add", "dev", "ens4", "ingress", "matchall", "action", "drop"],
+        ["tc", "filter", "add", "dev", "ens4", "egress", "matchall", "action", "drop"],
+    ]
+    assert "tc qdisc del dev ens4 clsact" in undo[0]
+    assert result["steps_lost"] == 0, result
+    assert result["restored"] is True, result
+    if arp_ms:
+        assert result["passed"] is True, result
+        assert result["detected_by"] == "bond"
+        assert "ARP monitoring every 100 ms" in result["detail"]
+    else:
+        assert result["passed"] is False
+        assert result["detected_by"] == ""
+        assert result["problems"] == [
+            "bond bond0 did not notice: MII monitoring watches the carrier only, and the link "
+            "stayed up; set nic_bond_arp_interval (and nic_bond_arp_ip_targets) so that the "
+            "bond probes its peer"
+        ]
+
+
+def test_blackhole_leaves_a_member_with_tc_filters_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+
+    def node(argv: list[str], timeout: float = 30) -> tuple[int, str, str]:
+        calls.append(argv)
+        return 0, "qdisc fq_codel 0: root\nqdisc clsact ffff: parent ffff:fff1\n", ""
+
+    monkeypatch.setattr(drill, "run", node)
+    monkeypatch.setattr(drill, "bonds", lambda: [{
+        "name": "bond0", "active": "ens4", "miimon_ms": 0, "arp_ms": 100,
+        "members": {"ens4": "up", "ens5": "up"}}])  # fmt: skip
+    with pytest.raises(drill.DrillError, match="ens4 already has a clsact or ingress qdisc"):
+        drill.drill_blackhole(_job(tmp_path), "d1", 5, 30)
+    assert calls == [["tc", "qdisc", "show", "dev", "ens4"]]
+    monkeypatch.setattr(drill, "bonds", lambda: [{
+        "name": "bond0", "active": "ens4", "miimon_ms": 100, "arp_ms": 0,
+        "members": {"ens4": "up", "ens5": "down"}}])  # fmt: skip
+    with pytest.raises(drill.DrillError, match="no bond with two members up"):
+        drill.drill_blackhole(_job(tmp_path), "d1", 5, 30)

@@ -86,3 +86,70 @@ def test_ping_summary_falls_back_to_what_ping_said() -> None:
         status.ping_summary(2, "", "ping: bond0: No such device\n") == "ping: bond0: No such device"
     )
     assert status.ping_summary(1, "", "") == "ping exited 1"
+
+
+# The kernel's report of the same bond under ARP monitoring (lab node, Debian 13).
+ARP_REPORT = REPORT.replace(
+    "MII Polling Interval (ms): 100\n",
+    "MII Polling Interval (ms): 0\n",
+).replace(
+    "Up Delay (ms): 0\n",
+    "Up Delay (ms): 0\nARP Polling Interval (ms): 100\nARP Missed Max: 2\n"
+    "ARP IP target/s (n.n.n.n form): 10.77.0.2,10.77.0.3\nNS IPv6 target/s (xx::xx form):\n",
+)
+ARP_EXPECT = {**EXPECT, "miimon": 0, "arp_interval": 100,
+              "arp_ip_targets": ["10.77.0.3", "10.77.0.2"], "arp_validate": "all"}  # fmt: skip
+
+
+def test_arp_monitoring_is_judged_by_interval_targets_and_validation() -> None:
+    seen = status.bonding.parse(ARP_REPORT)
+    assert seen["arp_interval"] == "100"
+    assert seen["arp_targets"] == ["10.77.0.2", "10.77.0.3"]
+    good = status.monitor(ARP_EXPECT, {**seen, "arp_validate": "all"})
+    assert good["passed"], good
+    for wrong in ({"arp_validate": "none"}, {"arp_targets": ["10.77.0.2"]},
+                  {"arp_interval": "200"}, {"miimon": "100"}):  # fmt: skip
+        bad = status.monitor(ARP_EXPECT, {**seen, "arp_validate": "all", **wrong})
+        assert not bad["passed"], wrong
+    assert bad["detail"].startswith(
+        "The bond's link monitor is ARP every 100 ms to 10.77.0.2 10.77.0.3 (arp_validate all, "
+        "MII polling 100 ms), expected ARP every 100 ms to 10.77.0.3 10.77.0.2"
+    ), bad["detail"]
+    # A marker asking for MII polling fails a bond that runs ARP monitoring, and says so.
+    mii = status.monitor(EXPECT, {**seen, "arp_validate": "all"})
+    assert not mii["passed"]
+    assert "expected MII polling every 100 ms" in mii["detail"]
+    assert status.monitor(EXPECT, status.bonding.parse(REPORT))["passed"]
+
+
+monitor = load("nic_bond_monitor")
+
+
+def test_monitor_options_parse_as_nmcli_prints_them() -> None:
+    text = (
+        "mode=active-backup,arp_interval=100,arp_ip_target=10.77.0.2 10.77.0.3,arp_validate=all\n"
+    )
+    assert monitor.parse_options(text) == {
+        "mode": "active-backup", "arp_interval": "100",
+        "arp_ip_target": "10.77.0.2 10.77.0.3", "arp_validate": "all",
+    }  # fmt: skip
+
+
+def test_monitor_switches_in_one_modify_removals_first_and_is_idempotent() -> None:
+    mii = {"mode": "active-backup", "miimon": "100"}
+    arp = monitor.wanted(100, 100, ["10.77.0.2", "10.77.0.3"], "all")
+    to_arp = monitor.changes(mii, arp)
+    assert to_arp == ["-bond.options", "miimon", "+bond.options", "arp_interval=100",
+                      "+bond.options", "arp_ip_target=10.77.0.2\\,10.77.0.3",
+                      "+bond.options", "arp_validate=all"]  # fmt: skip
+    # What NetworkManager then shows needs nothing more (targets in any order).
+    shown = {"mode": "active-backup", "arp_interval": "100",
+             "arp_ip_target": "10.77.0.3 10.77.0.2", "arp_validate": "all"}  # fmt: skip
+    assert monitor.changes(shown, arp) == []
+    back = monitor.changes(shown, monitor.wanted(100, 0, [], "all"))
+    assert back == ["-bond.options", "arp_interval", "-bond.options", "arp_ip_target",
+                    "-bond.options", "arp_validate", "+bond.options", "miimon=100"]  # fmt: skip
+    assert monitor.changes(mii, monitor.wanted(100, 0, [], "all")) == []
+    # A profile without miimon (NetworkManager's default) gets it written out once.
+    assert monitor.changes({"mode": "active-backup"}, monitor.wanted(100, 0, [], "all")) == [
+        "+bond.options", "miimon=100"]  # fmt: skip

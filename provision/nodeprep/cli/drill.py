@@ -92,7 +92,7 @@ def _check(found: dict[str, Any]) -> report.CheckResult:
 @click.argument("inventory", type=click.Path(path_type=Path))
 @click.option("--name", metavar="NAME", help="The running job to drill (default: start one).")
 @click.option("--faults", required=True, metavar="F[,F...]",
-              help=f"Faults, in turn: {', '.join(drill.BUILT)}.")  # fmt: skip
+              help=f"Faults, in turn: {', '.join(drill.FAULTS)}.")  # fmt: skip
 @click.option("-l", "--limit", metavar="HOST",
               help="The node that takes the faults (default: the inventory's first).")  # fmt: skip
 @click.option("--duration", "duration_s", type=click.IntRange(1, 3600), default=20,

@@ -21,8 +21,10 @@ from nodeprep.lab.recipe import BOND_MACS, MGMT_MAC, ROOT_LABEL
 
 log = logging.getLogger(__name__)
 BOND_NICS = ("b0", "b1")
-# Both bond NICs sit on slirp segments with the same subnet: the slirp gateway answers ping
-# on either, so the bond keeps a peer to ping across a failover. restrict=on keeps every
+# On a one-node lab both bond NICs sit on one segment (a qemu hub, as two ports of one
+# switch) with one slirp as its gateway: it answers ping and ARP on either member, so the
+# bond keeps a peer across a failover, and the backup member hears the active one's frames,
+# which an ARP-monitored bond needs to count its backup as up. restrict=on keeps every
 # packet inside qemu; nothing leaves for real host-external addresses.
 BOND_SUBNET = "10.77.0.0/24"
 BOND_PEER = "10.77.0.2"
@@ -130,10 +132,17 @@ def qemu_argv(
 
 
 def _segment(nic: str, hub: int, links: list[Link], gateway: bool) -> list[str]:
-    """The netdevs behind one bond NIC: its slirp alone, or a hub of the wires and (with
-    GATEWAY) the slirp."""
-    if not links:  # unchanged from before the wires: the saved state's key stays
-        return ["-netdev", f"user,id={nic},net={BOND_SUBNET},restrict=on"]
+    """The netdevs behind one bond NIC: on a one-node lab a port of the one hub that joins
+    both NICs and the slirp (added with the first NIC); with wires, a hub of the NIC's own
+    wires and (with GATEWAY) its slirp."""
+    if not links:
+        if hub:
+            return ["-netdev", f"hubport,id={nic},hubid=0"]
+        return [
+            "-netdev", f"user,id=bond-slirp,net={BOND_SUBNET},restrict=on",
+            "-netdev", "hubport,id=bond-hub-slirp,hubid=0,netdev=bond-slirp",
+            "-netdev", f"hubport,id={nic},hubid=0",
+        ]  # fmt: skip
     argv: list[str] = []
     if gateway:
         argv += [

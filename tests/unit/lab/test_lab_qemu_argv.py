@@ -18,10 +18,17 @@ def _values(argv: list[str], flag: str) -> list[str]:
 def test_network_stays_inside_qemu_and_loopback(tmp_path: Path) -> None:
     argv = qemu_argv(NodeFiles(tmp_path), Machine("tcg"), tmp_path / "k", tmp_path / "i", 40123)
     netdevs = _values(argv, "-netdev")
-    assert len(netdevs) == 3
-    assert all("restrict=on" in netdev for netdev in netdevs)
+    slirps = [n for n in netdevs if n.startswith("user,")]
+    assert [n.split(",")[1] for n in slirps] == ["id=mgmt", "id=bond-slirp"]
+    assert all("restrict=on" in netdev for netdev in slirps)
     assert "hostfwd=tcp:127.0.0.1:40123-:22" in netdevs[0]
-    assert [n.split(",")[1] for n in netdevs] == ["id=mgmt", "id=b0", "id=b1"]
+    # One segment: both bond NICs and the one slirp are ports of hub 0, as on one switch.
+    assert [n for n in netdevs if n.startswith("hubport,")] == [
+        "hubport,id=bond-hub-slirp,hubid=0,netdev=bond-slirp",
+        "hubport,id=b0,hubid=0",
+        "hubport,id=b1,hubid=0",
+    ]
+    assert len(netdevs) == 5
 
 
 def test_restore_differs_only_by_incoming_and_port(tmp_path: Path) -> None:
