@@ -299,11 +299,20 @@ def default_iface() -> str:
     return found.group(1) if found else ""
 
 
+def tc_hooks(iface: str) -> bool:
+    """Whether IFACE has a clsact or ingress qdisc (where tc filters drop its traffic)."""
+    rc, out, _ = run(["tc", "qdisc", "show", "dev", iface])
+    return rc == 0 and re.search(r"^qdisc (clsact|ingress) ", out, re.M) is not None
+
+
 def snapshot(iface: str = "") -> dict[str, Any]:
-    """What an undo must leave as it was: the root qdisc, the bonds' members' link state."""
+    """What an undo must leave as it was: the root qdisc, the bonds' members' link state and
+    which members carry tc filter hooks (the blackhole drill's)."""
+    found = bonds()
     state: dict[str, Any] = {
         "members_up": {b["name"]: sorted(m for m, s in b["members"].items() if s == "up")
-                       for b in bonds()},
+                       for b in found},
+        "tc_hooks": sorted(m for b in found for m in b["members"] if tc_hooks(m)),
     }  # fmt: skip
     if iface:
         state["qdisc"] = list(root_qdisc(iface))
@@ -315,6 +324,9 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     out = []
     if before.get("qdisc") != after.get("qdisc"):
         out.append(f"root qdisc {after.get('qdisc')} where it was {before.get('qdisc')}")
+    if before.get("tc_hooks", []) != after.get("tc_hooks", []):
+        out.append(f"tc ingress hooks on {after.get('tc_hooks')} where they were on "
+                   f"{before.get('tc_hooks')}")  # fmt: skip
     for bond, members in before.get("members_up", {}).items():
         now = after.get("members_up", {}).get(bond, [])
         if members != now:
@@ -917,10 +929,9 @@ def drill_blackhole(job: Job, drill_id: str, duration_s: float, timeout_s: float
     and a netdev-family nftables rule would drop at the same two hooks."""
     bond = _failover_bond("blackhole")
     member = bond["active"]
-    rc, out, _err = run(["tc", "qdisc", "show", "dev", member])
-    if rc != 0 or re.search(r"^qdisc (clsact|ingress) ", out, re.M):
+    if tc_hooks(member):
         raise DrillError(
-            f"{member} already has a clsact or ingress qdisc (or tc cannot read it); the "
+            f"{member} already has a clsact or ingress qdisc; the "
             "blackhole drill would remove it with its own, so it refuses: drill a node whose "
             "bond members carry no tc filters."
         )

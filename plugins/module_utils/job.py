@@ -169,22 +169,37 @@ def shutdown_script(spec: dict[str, Any]) -> str:
     shutdown's last SIGTERM reaches every process at once: `tee` dies with the rest and the
     trainer, writing its next line into the broken pipe, ends before it saves (the reboot
     drill saw that: a checkpoint interval lost). A `systemctl stop` of the unit (or its
-    restart) leaves the job alone, as KillMode=process does."""
+    restart) leaves the job alone, as KillMode=process does.
+
+    The agent is found by the job's rendezvous id on its command line, wherever it runs: a
+    session started while another tmux server of the user ran lives in that server's
+    cgroup, not the unit's. Only the outermost match is signalled (apptainer's process, when
+    the job runs in the image, passes it on), as `nodeprep stop` does."""
     return "\n".join([
         "#!/bin/bash",
         "# nodeprep job {}: written by `nodeprep run`; its unit's ExecStop.".format(spec["name"]),
         'state=$(systemctl is-system-running 2>/dev/null)',
         '[ "$state" = stopping ] || exit 0',
-        "procs=${NODEPREP_CGROUP_PROCS:-/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)"
-        "/cgroup.procs}",
+        "rdzv={}".format(shlex.quote(rdzv_id(spec["name"]))),
+        "declare -A match=()",
+        'for dir in /proc/[0-9]*; do',
+        '  mapfile -d "" -t argv 2>/dev/null < "$dir/cmdline" || continue',
+        '  [[ "${argv[*]}" == *' + TORCHRUN_MODULE + '* || "${argv[0]##*/}" == torchrun '
+        '|| "${argv[1]##*/}" == torchrun ]] || continue',
+        '  for ((i = 0; i + 1 < ${#argv[@]}; i++)); do',
+        '    if [ "${argv[i]}" = --rdzv-id ] && [ "${argv[i+1]}" = "$rdzv" ]; then',
+        '      match[${dir#/proc/}]=1; break',
+        "    fi",
+        "  done",
+        "done",
         "agents=()",
-        'while read -r pid; do',
-        '  mapfile -d "" -t argv 2>/dev/null < "/proc/$pid/cmdline" || continue',
-        '  if [[ "${argv[*]}" == *' + TORCHRUN_MODULE + '* || "${argv[0]##*/}" == torchrun '
-        '|| "${argv[1]##*/}" == torchrun ]]; then agents+=("$pid"); fi',
-        'done < "$procs"',
+        'for pid in "${!match[@]}"; do',
+        "  parent=$(awk '/^PPid:/ {print $2}' \"/proc/$pid/status\" 2>/dev/null)",
+        '  if [ -z "$parent" ] || [ -z "${match[$parent]:-}" ]; then agents+=("$pid"); fi',
+        "done",
         'if [ "${#agents[@]}" -eq 0 ]; then',
-        '  echo "nodeprep: the node is shutting down; no torchrun agent in $procs"; exit 0',
+        '  echo "nodeprep: the node is shutting down; no torchrun agent of rendezvous $rdzv"',
+        "  exit 0",
         "fi",
         'echo "nodeprep: the node is shutting down: SIGTERM to torchrun ${agents[*]}"',
         'kill -TERM "${agents[@]}" 2>/dev/null',

@@ -48,6 +48,14 @@ def run(inventory: Path, **overrides: Any) -> tuple[int, str, list[str]]:
         ({"nic_bond_ipv6_method": "static", "nic_bond_ipv6_address": "fd00::1"}, "fd00:77::15/64"),
         ({"nic_bond_probe_target": "", "nic_bond_ipv4_gateway": ""}, "nic_bond_probe_target"),
         ({"nic_bond_rollback_timeout": 30, "nic_bond_reconnect_timeout": 60}, "must exceed"),
+        (
+            {"nic_bond_arp_interval": 100, "nic_bond_arp_ip_targets": ["10.77.0.2", "fd00::2"]},
+            "nic_bond_arp_ip_targets ['10.77.0.2', 'fd00::2'] (1-16 IPv4 addresses",
+        ),
+        (
+            {"nic_bond_arp_interval": 100, "nic_bond_mode": "802.3ad"},
+            "Check nic_bond_arp_interval 100 (0 for MII monitoring",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_the_node_is_touched(

@@ -16,9 +16,11 @@ changes nothing; after the chain's first provision the active port is cut while 
 through the bond (failover), the second provision then changes nothing, the bond's checks
 fail by name with both links cut, and a change whose probe gets no answer is rolled back.
 The 64 MiB written to the data disk before the chain survive volume_grow's online grow.
-Then `nodeprep run` starts a job and `nodeprep drill` drills netem, link, ssh-drop,
-disk-full, preempt and reboot against it (tests/lab/spot_notice.py, tests/lab/drill_story.py):
-the preempt drill's spot notice, posted at the stand-in metadata service on the node, reaches
+Then `nodeprep run` starts a job and `nodeprep drill` drills blackhole against the
+MII-monitored bond (it fails: the bond did not notice), the nic_bond role switches the bond
+to ARP monitoring, and netem, link, blackhole, ssh-drop, disk-full, preempt and reboot are
+drilled against the job (tests/lab/spot_notice.py, tests/lab/drill_story.py): the preempt
+drill's spot notice, posted at the stand-in metadata service on the node, reaches
 the job as an emergency checkpoint within 5 s; the reboot costs at most one step.
 Last, the data disk fills at a steady rate and the heartbeat's growth action grows it before
 it is full, in steps, up to its maximum, then warns once (tests/lab/grow_story.py).

@@ -189,6 +189,10 @@ def test_before_and_after(tmp_path: Path) -> None:
     assert len(left) == 2
     assert "root qdisc ['netem', '8001:']" in left[0]
     assert "bond bond0 members up ['ens5']" in left[1]
+    # A blackhole's filters left on a member (a record from before tc_hooks has none).
+    hooked = drill.differences({**before, "tc_hooks": []}, {**before, "tc_hooks": ["ens4"]})
+    assert hooked == ["tc ingress hooks on ['ens4'] where they were on []"]
+    assert drill.differences(before, {**before, "tc_hooks": []}) == []
 
 
 BOND = """Ethernet Channel Bonding Driver: v6.1.0
@@ -215,6 +219,14 @@ def test_bonds_are_read_from_proc(tmp_path: Path) -> None:
     assert found["name"] == "bond0"
     assert found["active"] == "ens4"
     assert found["miimon_ms"] == 100
+    assert found["arp_ms"] == 0
+    (tmp_path / "bond0").write_text(
+        BOND.replace(
+            "MII Polling Interval (ms): 100",
+            "MII Polling Interval (ms): 0\nARP Polling Interval (ms): 100",
+        )
+    )
+    assert drill.bonds(str(tmp_path))[0]["arp_ms"] == 100
     assert found["members"] == {"ens4": "up", "ens5": "down"}
     assert drill.bonds(str(tmp_path / "none")) == []
 

@@ -94,47 +94,72 @@ def test_the_unit_recreates_the_session_and_never_kills_it() -> None:
     assert "TimeoutStopSec=180\n" in text  # the shutdown grace and a minute
 
 
+AGENT = """#!/bin/bash
+# A stand-in torchrun agent: with an argument, it starts a nested one (as apptainer's process
+# holds the torchrun inside the image) and records that one's PID there.
+if [ -n "$3" ]; then bash "$0" "$1" "$2" & echo $! > "$3"; fi
+while :; do sleep 0.1; done
+"""
+
+
 @pytest.mark.parametrize("system", ["running", "stopping"])
 def test_the_unit_stops_torchrun_only_when_the_node_shuts_down(tmp_path: Path, system: str) -> None:
     """shutdown.sh as bash runs it: a stand-in `systemctl` (first on PATH) says whether the
-    system is stopping; the unit's cgroup is a list of real processes of this test, one of
-    them named torchrun. Only at a shutdown does SIGTERM reach it, and only it; the script
-    returns once it has exited."""
+    system is stopping; real processes of this test stand in for the agents: the job's
+    (its rendezvous id on the command line, holding a nested one), another job's, and a
+    process that is no agent. Only at a shutdown does SIGTERM reach the job's outermost
+    agent, and only it; the script returns once it has exited."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "systemctl").write_text(f"#!/bin/sh\necho {system}\n")
     (bin_dir / "systemctl").chmod(0o755)
     script = tmp_path / "shutdown.sh"
     script.write_text(job.shutdown_script(SPEC))
-    agent = subprocess.Popen(["bash", "-c", "exec -a torchrun sleep 60"])
+    (tmp_path / "torchrun").write_text(AGENT)
+    nested_pid = tmp_path / "nested.pid"
+    agent = subprocess.Popen(["bash", str(tmp_path / "torchrun"), "--rdzv-id",
+                              "nodeprep-pretrain", str(nested_pid)])  # fmt: skip
+    other_job = subprocess.Popen(["bash", str(tmp_path / "torchrun"), "--rdzv-id",
+                                  "nodeprep-pretrain2"])  # fmt: skip
     other = subprocess.Popen(["sleep", "60"])
     reaper = threading.Thread(target=agent.wait)  # as its launch.sh would: no zombie left
     reaper.start()
+    nested = 0
     try:
-        procs = tmp_path / "cgroup.procs"
-        procs.write_text(f"{other.pid}\n{agent.pid}\n999999999\n")
+        for _ in range(100):
+            if nested_pid.is_file() and nested_pid.read_text().strip():
+                break
+            time.sleep(0.05)
+        nested = int(nested_pid.read_text())
         began = time.monotonic()
         done = subprocess.run(
             ["bash", str(script)], capture_output=True, text=True, timeout=30, check=False,
-            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                 "NODEPREP_CGROUP_PROCS": str(procs)},
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         if system == "stopping":
             reaper.join(timeout=5)
             assert agent.returncode == -15
-            assert f"SIGTERM to torchrun {agent.pid}" in done.stdout
+            assert (
+                done.stdout
+                == f"nodeprep: the node is shutting down: SIGTERM to torchrun {agent.pid}\n"
+            )
         else:
             assert agent.poll() is None
             assert done.stdout == ""
+        assert Path(f"/proc/{nested}").exists()  # the outermost passes it on; not signalled here
+        assert other_job.poll() is None
         assert other.poll() is None
         assert time.monotonic() - began < 20
     finally:
-        for proc in (agent, other):
+        for proc in (agent, other_job, other):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
         reaper.join()
+        if nested:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(nested, 9)
 
 
 RUN, NOTHING = {"restarting": False}, {}

@@ -25,6 +25,8 @@ def invoke(*args: str) -> tuple[int, str]:
          "-e: nic_bond_mode = 'active-bakup' is not valid for role nic_bond (value of "
          "nic_bond_mode must be one of: balance-rr, active-backup"),
         ("provision", "nic_bond_miimon=ten", "unable to convert to int"),
+        ("provision", "nic_bond_arp_validate=sometimes",
+         "nic_bond_arp_validate = 'sometimes' is not valid for role nic_bond"),
         ("provision", '{"volume_grow_volumes": [{"device": "/dev/vdb", "sizegb": 3}]}',
          "unsupported key volume_grow_volumes.sizegb"),
         ("provision", "tmux_install_method=pkg", "tmux_install_method must be one of: auto"),
