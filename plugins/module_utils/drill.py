@@ -40,6 +40,8 @@ STEPS_LOST_LIMIT: dict[str, int | None] = {
 }  # fmt: skip
 
 UNDO_PREFIX = "nodeprep-drill-undo-"
+# How long a steady fault's undo may take to show (a member brought up needs its monitor).
+SETTLE_S = 30
 # A drill in progress on the node: its pid, fault and undo unit (removed by either undo).
 RECORD_DIR = "/run/nodeprep/drills"
 # A reboot drill's record, kept across the boot it waits for (not in /run).
@@ -325,7 +327,7 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     if before.get("qdisc") != after.get("qdisc"):
         out.append(f"root qdisc {after.get('qdisc')} where it was {before.get('qdisc')}")
     if before.get("tc_hooks", []) != after.get("tc_hooks", []):
-        out.append(f"tc ingress hooks on {after.get('tc_hooks')} where they were on "
+        out.append(f"tc filter hooks on {after.get('tc_hooks')} where they were on "
                    f"{before.get('tc_hooks')}")  # fmt: skip
     for bond, members in before.get("members_up", {}).items():
         now = after.get("members_up", {}).get(bond, [])
@@ -548,7 +550,7 @@ def _steady(
         result["problems"].append("the heartbeat tripped (an emergency checkpoint was taken)")
     if not job.alive():
         result["problems"].append("the job is no longer running")
-    settle_until = undone_at + 30
+    settle_until = undone_at + SETTLE_S
     left = differences(before_node, snapshot(iface))
     while left and time.time() < settle_until:  # a member that was brought up needs its MII
         time.sleep(0.2)
@@ -888,6 +890,17 @@ def _failover_bond(fault: str) -> dict[str, Any]:
     return usable[0]
 
 
+def _still_active(bond: dict[str, Any], member: str) -> None:
+    """Refuse when the bond failed over while the drill waited for a step: the fault would
+    land on what is now a backup member."""
+    now = next((b["active"] for b in bonds() if b["name"] == bond["name"]), "")
+    if now != member:
+        raise DrillError(
+            f"bond {bond['name']} failed over from {member} to {now or 'no member'} before the "
+            "fault; drill again once the bond is steady (see nodeprep verify --checks nic_bond)."
+        )
+
+
 def _failed_over(bond: dict[str, Any], member: str) -> Callable[[float], Any]:
     def seen(fault_time: float) -> tuple[str, float] | None:
         for found in bonds():
@@ -905,6 +918,7 @@ def drill_link(job: Job, drill_id: str, duration_s: float, timeout_s: float) -> 
     undo = Undo(drill_id, f"ip link set dev {shlex.quote(member)} up", duration_s + 5, "link")
 
     def inject() -> None:
+        _still_active(bond, member)
         rc, _out, err = run(["ip", "link", "set", "dev", member, "down"])
         if rc != 0:
             raise DrillError(f"ip could not take {member} down: {err.strip()}")
@@ -945,6 +959,7 @@ def drill_blackhole(job: Job, drill_id: str, duration_s: float, timeout_s: float
     )
 
     def inject() -> None:
+        _still_active(bond, member)
         for argv in (["tc", "qdisc", "add", "dev", member, "clsact"],
                      ["tc", "filter", "add", "dev", member, "ingress", "matchall", "action",
                       "drop"],

@@ -193,9 +193,13 @@ def shutdown_script(spec: dict[str, Any]) -> str:
         "  done",
         "done",
         "agents=()",
-        'for pid in "${!match[@]}"; do',
-        "  parent=$(awk '/^PPid:/ {print $2}' \"/proc/$pid/status\" 2>/dev/null)",
-        '  if [ -z "$parent" ] || [ -z "${match[$parent]:-}" ]; then agents+=("$pid"); fi',
+        'for pid in "${!match[@]}"; do',  # outermost: no match among its ancestors
+        "  up=$pid inner=",
+        "  while up=$(awk '/^PPid:/ {print $2}' \"/proc/$up/status\" 2>/dev/null) "
+        '&& [ -n "$up" ] && [ "$up" -gt 1 ]; do',
+        '    if [ -n "${match[$up]:-}" ]; then inner=1; break; fi',
+        "  done",
+        '  [ -n "$inner" ] || agents+=("$pid")',
         "done",
         'if [ "${#agents[@]}" -eq 0 ]; then',
         '  echo "nodeprep: the node is shutting down; no torchrun agent of rendezvous $rdzv"',

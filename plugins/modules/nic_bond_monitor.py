@@ -18,12 +18,19 @@ description:
     it sets with the profile's C(bond.options) (it reports a change on every run), so this
     module reads C(bond.options) itself and changes only the keys that differ, in one
     C(nmcli connection modify), so NetworkManager never sees both monitors set.
+  - With I(mode), the bonding mode is set in the same command: NetworkManager refuses some
+    modes with ARP monitoring (balance-tlb, balance-alb, 802.3ad), so a change of both must
+    happen at once.
   - Changes the profile only; the role activates it inside its checkpoint.
 options:
   bond:
     description: The bond's NetworkManager profile (the role names it after the bond).
     type: str
     required: true
+  mode:
+    description: The bonding mode to set with the monitoring; empty leaves it as it is.
+    type: str
+    default: ""
   miimon:
     description: MII polling interval in milliseconds, used when I(arp_interval) is 0.
     type: int
@@ -73,9 +80,9 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-KEYS = ("miimon", "arp_interval", "arp_ip_target", "arp_validate")
+KEYS = ("mode", "miimon", "arp_interval", "arp_ip_target", "arp_validate")
 # What the kernel and NetworkManager take for an option left out.
-_UNSET = {"miimon": {"", "0"}, "arp_interval": {"", "0"}, "arp_ip_target": {""},
+_UNSET = {"mode": {""}, "miimon": {"", "0"}, "arp_interval": {"", "0"}, "arp_ip_target": {""},
           "arp_validate": {"", "0", "none"}}  # fmt: skip
 
 
@@ -90,12 +97,16 @@ def parse_options(text: str) -> dict[str, str]:
     return options
 
 
-def wanted(miimon: int, arp_interval: int, targets: list[str], validate: str) -> dict[str, str]:
-    """The monitoring keys the profile must have ("" for a key that must be unset)."""
+def wanted(
+    miimon: int, arp_interval: int, targets: list[str], validate: str, mode: str = ""
+) -> dict[str, str]:
+    """The monitoring keys the profile must have ("" for a key that must be unset; a MODE of
+    "" is left as it is)."""
     if arp_interval > 0:
-        return {"miimon": "", "arp_interval": str(arp_interval),
+        return {"mode": mode, "miimon": "", "arp_interval": str(arp_interval),
                 "arp_ip_target": " ".join(targets), "arp_validate": validate}  # fmt: skip
-    return {"miimon": str(miimon), "arp_interval": "", "arp_ip_target": "", "arp_validate": ""}
+    return {"mode": mode, "miimon": str(miimon), "arp_interval": "", "arp_ip_target": "",
+            "arp_validate": ""}  # fmt: skip
 
 
 def _words(value: str) -> list[str]:
@@ -109,6 +120,8 @@ def changes(current: dict[str, str], want: dict[str, str]) -> list[str]:
     settings: list[str] = []
     for key in KEYS:
         have, need = current.get(key, ""), want[key]
+        if key == "mode" and need == "":
+            continue
         if need == "":
             if have not in _UNSET[key]:
                 removals += ["-bond.options", key]
@@ -122,6 +135,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "bond": {"type": "str", "required": True},
+            "mode": {"type": "str", "default": ""},
             "miimon": {"type": "int", "default": 100},
             "arp_interval": {"type": "int", "default": 0},
             "arp_ip_targets": {"type": "list", "elements": "str", "default": []},
@@ -152,7 +166,7 @@ def main() -> None:
         module.fail_json(msg=f"nmcli cannot read the profile {bond}: {err.strip() or out}")
     current = parse_options(out)
     want = wanted(params["miimon"], params["arp_interval"], params["arp_ip_targets"],
-                  params["arp_validate"])  # fmt: skip
+                  params["arp_validate"], params["mode"])  # fmt: skip
     todo = changes(current, want)
     before = {key: current[key] for key in KEYS if key in current}
     if todo and not module.check_mode:

@@ -191,7 +191,7 @@ def test_before_and_after(tmp_path: Path) -> None:
     assert "bond bond0 members up ['ens5']" in left[1]
     # A blackhole's filters left on a member (a record from before tc_hooks has none).
     hooked = drill.differences({**before, "tc_hooks": []}, {**before, "tc_hooks": ["ens4"]})
-    assert hooked == ["tc ingress hooks on ['ens4'] where they were on []"]
+    assert hooked == ["tc filter hooks on ['ens4'] where they were on []"]
     assert drill.differences(before, {**before, "tc_hooks": []}) == []
 
 
@@ -571,20 +571,25 @@ def _training(log: Path, stop: threading.Event) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("arp_ms", [0, 100])
+@pytest.mark.parametrize(("arp_ms", "undone"), [(0, True), (100, True), (100, False)])
 def test_blackhole_drops_the_active_members_traffic_and_only_arp_monitoring_notices(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arp_ms: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arp_ms: int, undone: bool
 ) -> None:
-    """The node stood in for: `tc` records what it is asked, the bond (as /proc/net/bonding
-    shows it) fails over while the drop is on only when it probes with ARP."""
+    """The node stood in for: `tc` keeps its qdiscs and records what it is asked, the bond
+    (as /proc/net/bonding shows it) fails over while the drop is on only when it probes with
+    ARP, and the undo removes the clsact qdisc (or, once, fails to)."""
     calls: list[list[str]] = []
+    hooked: set[str] = set()
     dropping = threading.Event()
     undo: list[str] = []
 
     def node(argv: list[str], timeout: float = 30) -> tuple[int, str, str]:
         calls.append(argv)
         if argv[:3] == ["tc", "qdisc", "show"]:
-            return 0, "qdisc mq 0: root\nqdisc fq_codel 0: parent :1 limit 10240p\n", ""
+            extra = "qdisc clsact ffff: parent ffff:fff1\n" if argv[-1] in hooked else ""
+            return 0, f"qdisc mq 0: root\nqdisc fq_codel 0: parent :1 limit 10240p\n{extra}", ""
+        if argv[:3] == ["tc", "qdisc", "add"]:
+            hooked.add(argv[4])
         if argv[:2] == ["tc", "filter"]:
             dropping.set()
         return 0, "", ""
@@ -595,10 +600,17 @@ def test_blackhole_drops_the_active_members_traffic_and_only_arp_monitoring_noti
                  "miimon_ms": 0 if arp_ms else 100, "arp_ms": arp_ms,
                  "members": {"ens4": "up", "ens5": "up"}}]  # fmt: skip
 
+    def undo_now(self: drill.Undo) -> tuple[int, str]:
+        dropping.clear()
+        if undone:
+            hooked.clear()
+        return 0, ""
+
     monkeypatch.setattr(drill, "run", node)
     monkeypatch.setattr(drill, "bonds", bonds)
     monkeypatch.setattr(drill.Undo, "arm", lambda self: undo.append(self.script))
-    monkeypatch.setattr(drill.Undo, "now", lambda self: (dropping.clear(), (0, ""))[1])
+    monkeypatch.setattr(drill.Undo, "now", undo_now)
+    monkeypatch.setattr(drill, "SETTLE_S", 1)
     stop = threading.Event()
     writer = threading.Thread(target=_training, args=(tmp_path / "train.log", stop))
     writer.start()
@@ -614,6 +626,11 @@ def test_blackhole_drops_the_active_members_traffic_and_only_arp_monitoring_noti
     ]
     assert "tc qdisc del dev ens4 clsact" in undo[0]
     assert result["steps_lost"] == 0, result
+    if not undone:  # the filters stayed: the node is not as it was, and the drill says so
+        assert result["passed"] is False
+        assert result["restored"] is False
+        assert result["left"] == ["tc filter hooks on ['ens4'] where they were on []"]
+        return
     assert result["restored"] is True, result
     if arp_ms:
         assert result["passed"] is True, result
@@ -642,7 +659,7 @@ def test_blackhole_leaves_a_member_with_tc_filters_alone(
     monkeypatch.setattr(drill, "bonds", lambda: [{
         "name": "bond0", "active": "ens4", "miimon_ms": 0, "arp_ms": 100,
         "members": {"ens4": "up", "ens5": "up"}}])  # fmt: skip
-    with pytest.raises(drill.DrillError, match="ens4 already has a clsact or ingress qdisc"):
+    with pytest.raises(drill.DrillError, match="ens4 already has a clsact or ingress qdisc;"):
         drill.drill_blackhole(_job(tmp_path), "d1", 5, 30)
     assert calls == [["tc", "qdisc", "show", "dev", "ens4"]]
     monkeypatch.setattr(drill, "bonds", lambda: [{

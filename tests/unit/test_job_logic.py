@@ -95,9 +95,10 @@ def test_the_unit_recreates_the_session_and_never_kills_it() -> None:
 
 
 AGENT = """#!/bin/bash
-# A stand-in torchrun agent: with an argument, it starts a nested one (as apptainer's process
-# holds the torchrun inside the image) and records that one's PID there.
-if [ -n "$3" ]; then bash "$0" "$1" "$2" & echo $! > "$3"; fi
+# A stand-in torchrun agent: with a third argument, it starts a nested one through a shell
+# that is no agent (as apptainer's processes hold the torchrun inside the image) and records
+# the nested one's PID there.
+if [ -n "$3" ]; then bash -c 'bash "$0" "$1" "$2" & echo $! > "$3"; wait' "$0" "$1" "$2" "$3" & fi
 while :; do sleep 0.1; done
 """
 

@@ -153,3 +153,16 @@ def test_monitor_switches_in_one_modify_removals_first_and_is_idempotent() -> No
     # A profile without miimon (NetworkManager's default) gets it written out once.
     assert monitor.changes({"mode": "active-backup"}, monitor.wanted(100, 0, [], "all")) == [
         "+bond.options", "miimon=100"]  # fmt: skip
+
+
+def test_monitor_sets_a_new_mode_in_the_same_command_as_the_monitor() -> None:
+    """NetworkManager refuses balance-alb with ARP monitoring: going from ARP-monitored
+    active-backup to MII-monitored balance-alb must be one modify."""
+    shown = {"mode": "active-backup", "arp_interval": "100", "arp_ip_target": "10.77.0.2",
+             "arp_validate": "all"}  # fmt: skip
+    assert monitor.changes(shown, monitor.wanted(100, 0, [], "all", "balance-alb")) == [
+        "-bond.options", "arp_interval", "-bond.options", "arp_ip_target",
+        "-bond.options", "arp_validate", "+bond.options", "mode=balance-alb",
+        "+bond.options", "miimon=100"]  # fmt: skip
+    assert monitor.changes(shown, monitor.wanted(100, 100, ["10.77.0.2"], "all",
+                                                 "active-backup")) == []  # fmt: skip
