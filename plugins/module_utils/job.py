@@ -120,6 +120,36 @@ def torchrun_argv(spec: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+TRAINER_MODULE = "nodeprep.trainer"
+DONE = re.compile(r"^done step=(\d+) state_sha256=([0-9a-f]{64})$", re.M)
+
+
+def replay_argv(argv: list[str], nproc: int, run_dir: str, step: int) -> list[str] | None:
+    """A job's command (job.json's, which runs the reference trainer under torchrun) made into
+    one that trains the same run afresh in RUN_DIR up to STEP, unpaced, with a standalone
+    rendezvous of the same world size on this node; None for a job that is not the
+    reference trainer under torchrun. Pointed at the job's own run directory, it resumes
+    from the job's checkpoint at STEP and trains nothing: its state hash is the job's."""
+    try:
+        at = next(i for i in range(len(argv) - 2)
+                  if argv[i + 1 : i + 3] == ["-m", TORCHRUN_MODULE])  # fmt: skip
+        start = next(i for i in range(at + 3, len(argv) - 1)
+                     if argv[i : i + 2] == ["-m", TRAINER_MODULE])  # fmt: skip
+    except StopIteration:
+        return None
+    trainer: list[str] = []
+    rest = iter(argv[start:])
+    for arg in rest:
+        name = arg.split("=", 1)[0]
+        if name in ("--run-dir", "--until-step", "--min-step-s", "--drill-nan-at"):
+            if "=" not in arg:
+                next(rest, None)
+            continue
+        trainer.append(arg)
+    return [*argv[: at + 3], "--standalone", "--nproc-per-node", str(nproc), *trainer,
+            "--run-dir", run_dir, "--until-step", str(step)]  # fmt: skip
+
+
 def rdzv_is_host(spec: dict[str, Any]) -> bool | None:
     """Whether this node's torchrun hosts the c10d store: it does when its own address is the
     endpoint. torchrun's own guess compares the endpoint with the addresses its hostname

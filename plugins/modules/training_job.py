@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -825,6 +826,63 @@ def drill(node: Node) -> dict[str, Any]:
     return {"host": node.host, "drill": result}
 
 
+def _trainer_hash(node: Node, argv: list[str], env: dict[str, str], timeout: int) -> str:
+    """Run ARGV as the job's user; the state hash its trainer printed, or a DrillError."""
+    try:
+        done = subprocess.run(
+            node.as_user(argv), capture_output=True, text=True, check=False, timeout=timeout,
+            cwd=node.run_dir, env={**os.environ, **env},
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise dr.DrillError(f"the replay did not finish within {timeout} s") from None
+    found = job.DONE.search(done.stdout)
+    if done.returncode != 0 or found is None:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        raise dr.DrillError(f"the replay exited {done.returncode}: {' | '.join(tail)}")
+    return found.group(2)
+
+
+def replay(node: Node) -> dict[str, Any]:
+    """Whether the stopped job's final state is bit-exact with an uninterrupted run: the
+    reference trainer twice, in the job's image with its world size, both to the step of the
+    job's newest checkpoint that verifies. One resumes the job's own run directory and trains
+    nothing (its state hash is the job's), one trains afresh in RUN_DIR/replay (the
+    uninterrupted run). Only for a stopped one-node job of the reference trainer."""
+    spec = job.read_json(node.path("job.json")) or {}
+    pane = node.pane()
+    if pane is not None and not pane["dead"]:
+        raise dr.DrillError(f"job {node.name} is still running; the replay compares a stopped one.")
+    nodes = str(spec.get("nnodes", "1"))
+    fresh = node.path("replay")
+    newest = newest_checkpoint(node.run_dir, time.time())
+    if newest is None or not newest["verified"]:
+        raise dr.DrillError(f"job {node.name} has no newest checkpoint that verifies in "
+                            f"{node.run_dir} to compare.")  # fmt: skip
+    step = int(newest["step"])
+    command = [str(a) for a in spec.get("command") or []]
+    nproc = int(spec.get("nproc_per_node") or 1)
+    resumed = job.replay_argv(command, nproc, node.run_dir, step)
+    if resumed is None or nodes not in ("1", "1:1"):
+        return {"host": node.host, "replay": {"bit_exact": None, "step": step,
+                "detail": "not the reference trainer on one node: nothing to replay"}}  # fmt: skip
+    shutil.rmtree(fresh, ignore_errors=True)
+    os.makedirs(fresh)
+    os.chown(fresh, node.account.pw_uid, node.account.pw_gid)
+    env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
+    timeout = int(node.p["timeout_s"])
+    began = time.time()
+    job_hash = _trainer_hash(node, resumed, env, timeout)
+    alone = _trainer_hash(node, job.replay_argv(command, nproc, fresh, step) or [], env, timeout)
+    shutil.rmtree(fresh, ignore_errors=True)
+    same = job_hash == alone
+    detail = (f"the job's state at step {step} {'equals' if same else 'DIFFERS FROM'} an "
+              f"uninterrupted run's to that step (sha256 {job_hash[:12]}"
+              f"{'' if same else ' against ' + alone[:12]})")  # fmt: skip
+    return {"host": node.host, "replay": {
+        "bit_exact": same, "step": step, "job_sha256": job_hash, "uninterrupted_sha256": alone,
+        "seconds": round(time.time() - began, 1), "detail": detail}}  # fmt: skip
+
+
 def interconnect_argv(node: Node) -> tuple[list[str], dict[str, Any] | None]:
     """The measurement's command on this node, or why it cannot run here (a check result)."""
     p = node.p
@@ -919,7 +977,7 @@ def main() -> None:
             "action": {
                 "type": "str",
                 "required": True,
-                "choices": ["check", "start", "status", "stop", "interconnect", "drill"],
+                "choices": ["check", "start", "status", "stop", "interconnect", "drill", "replay"],
             },
             "name": {"type": "str", "required": True},
             "user": {"type": "str", "required": True},
@@ -993,6 +1051,11 @@ def main() -> None:
         module.exit_json(changed=False, nodeprep_job=status(node))
     elif action == "drill":
         module.exit_json(changed=True, nodeprep_job=drill(node))
+    elif action == "replay":
+        try:
+            module.exit_json(changed=True, nodeprep_job=replay(node))
+        except dr.DrillError as exc:
+            module.fail_json(msg=f"{node.host}: {exc}", nodeprep_job={"host": node.host})
     else:
         result = stop(node)
         module.exit_json(changed=result.pop("changed"), nodeprep_job=result)

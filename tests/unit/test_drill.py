@@ -140,6 +140,48 @@ def test_own_job_is_started_then_stopped_and_a_refusal_is_exit_2(
     assert "no bond with two members up" in out
 
 
+@pytest.mark.parametrize("same", [True, False])
+def test_own_job_is_replayed_after_its_stop_and_a_differing_state_fails(
+    monkeypatch: pytest.MonkeyPatch, fleet: Path, tmp_path: Path, same: bool
+) -> None:
+    """The drill's own job, stopped, is replayed on its node: the verdict (bit-exact with an
+    uninterrupted run, or not) goes to the output, the JSON and the JUnit, and a differing
+    state is exit 1 although every drill passed."""
+    seen: list[str] = []
+    replayed = {
+        "bit_exact": same,
+        "step": 60,
+        "job_sha256": "a" * 64,
+        "uninterrupted_sha256": ("a" if same else "b") * 64,
+        "seconds": 4.0,
+        "detail": "the job's state at step 60 equals an uninterrupted run's"
+        if same
+        else "the job's state at step 60 DIFFERS FROM an uninterrupted run's",
+    }
+
+    def fake(request: runner.RunRequest, on_progress: object = None) -> runner.RunResult:
+        action = request.extra_vars["nodeprep_job_action"]
+        seen.append(action)
+        if action == "drill":
+            return _result([{"host": "gpu01", "drill": _found("kill", True)}], [])
+        if action == "replay":
+            return _result([{"host": "gpu01", "replay": replayed}], [])
+        return _result([], [])
+
+    monkeypatch.setattr(runner, "run", fake)
+    out_json, out_xml = tmp_path / "d.json", tmp_path / "d.xml"
+    code, out = invoke("drill", str(fleet), "--faults", "kill", "--json", str(out_json),
+                       "--junit", str(out_xml))  # fmt: skip
+    assert seen == ["run", "drill", "stop", "replay"]
+    assert code == (0 if same else 1), out
+    assert f"final state: {replayed['detail']}" in out
+    report = json.loads(out_json.read_text())
+    assert report["final_state"] == replayed
+    cases = {c.get("name"): c for c in ET.parse(out_xml).getroot().findall(".//testcase")}
+    assert sorted(cases) == ["drill.final_state", "drill.kill"]
+    assert (cases["drill.final_state"].find("failure") is None) == same
+
+
 def test_the_lab_needs_no_yes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     lab = tmp_path / "lab.ini"
     lab.write_text(LAB)

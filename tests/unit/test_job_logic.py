@@ -223,3 +223,25 @@ def test_the_agent_is_found_below_the_pane(tmp_path: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
         pane.wait(timeout=10)
+
+
+def test_replay_reruns_the_reference_trainer_to_a_step_unpaced_on_a_standalone_rendezvous() -> None:
+    spec = {**SPEC, "command": ["-m", "nodeprep.trainer", "--run-dir", "/data/jobs/pretrain",
+                                "--steps", "100000", "--checkpoint-every", "10",
+                                "--min-step-s", "0.5", "--seed=4"]}  # fmt: skip
+    prefix = ["apptainer", "exec", "--bind", "/data/jobs/pretrain", "/i.sif"]
+    argv = prefix + job.torchrun_argv(spec)
+    replay = job.replay_argv(argv, 2, "/data/jobs/pretrain/replay", 170)
+    assert replay == [
+        *prefix, "python3", "-m", "torch.distributed.run", "--standalone",
+        "--nproc-per-node", "2", "-m", "nodeprep.trainer", "--steps", "100000",
+        "--checkpoint-every", "10", "--seed=4", "--run-dir", "/data/jobs/pretrain/replay",
+        "--until-step", "170",
+    ]  # fmt: skip
+    # Not the reference trainer, or not under torchrun: nothing to replay.
+    assert job.replay_argv(prefix + job.torchrun_argv({**SPEC, "command": ["train.py"]}),
+                           1, "/r", 5) is None  # fmt: skip
+    assert job.replay_argv(["python3", "-m", "nodeprep.trainer"], 1, "/r", 5) is None
+    found = job.DONE.search("step 170 loss=1\ndone step=170 state_sha256=" + "ab" * 32 + "\n")
+    assert found is not None
+    assert found.groups() == ("170", "ab" * 32)

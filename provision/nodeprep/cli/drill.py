@@ -104,8 +104,8 @@ def _check(found: dict[str, Any]) -> report.CheckResult:
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JUnit XML here.")  # fmt: skip
 @click.option("--yes", is_flag=True,
-              help="Allow faults that can cut a node off (link, netem, reboot) outside "
-              "the lab.")  # fmt: skip
+              help="Allow faults that can cut a node off (link, blackhole, netem, reboot) "
+              "outside the lab.")  # fmt: skip
 @forks_option
 @extra_vars_option
 @verbose_option
@@ -230,16 +230,42 @@ def _drill(
                               f"{_why(stopped) if stopped.failures else 'still running'}",
                               markup=False)  # fmt: skip
                 code = max(code, EXIT_UNREACHABLE if stopped.unreachable_hosts else EXIT_FAILED)
-    return _report(console, found, len(chosen), code, time.monotonic() - started,
-                   {"job": job_name, "node": target}, json_path, junit_path)  # fmt: skip
+    about: dict[str, Any] = {"job": job_name, "node": target}
+    if own and code == EXIT_OK and found:
+        about["final_state"], code = _replay(console, runner.run(request(target, {
+            "job_name": job_name, "nodeprep_job_action": "replay"})))  # fmt: skip
+    return _report(console, found, len(chosen), code, time.monotonic() - started, about,
+                   json_path, junit_path)  # fmt: skip
+
+
+def _replay(console: Console, result: runner.RunResult) -> tuple[dict[str, Any], int]:
+    """The replay's verdict on the drill's own job (bit-exact with an uninterrupted run to the
+    same step, or not) and the exit code it leaves: 1 when the states differ or it failed."""
+    facts = next((j["replay"] for j in result.jobs if "replay" in j), None)
+    if result.exit_code != EXIT_OK or facts is None:
+        why = _why(result) if result.failures else "no result"
+        console.print(f"nodeprep drill: the replay failed: {why}", markup=False)
+        return {"bit_exact": None, "detail": f"the replay failed: {why}"}, _code(result)
+    console.print(f"  final state: {facts.get('detail')}", markup=False)
+    return facts, EXIT_FAILED if facts.get("bit_exact") is False else EXIT_OK
 
 
 def _report(
     console: Console, found: list[dict[str, Any]], asked: int, code: int, seconds: float,
-    about: dict[str, str], json_path: Path | None, junit_path: Path | None,
+    about: dict[str, Any], json_path: Path | None, junit_path: Path | None,
 ) -> int:  # fmt: skip
-    """The table, JSON and JUnit of the drills that ran; the exit code."""
-    built = report.Report(results=[_check(f) for f in found])
+    """The table, JSON and JUnit of the drills that ran (and of the own job's replay); the
+    exit code."""
+    checks = [_check(f) for f in found]
+    final = about.get("final_state")
+    if isinstance(final, dict):
+        exact = final.get("bit_exact")
+        verdict = "pass" if exact else "fail" if exact is False or "failed" in str(
+            final.get("detail")) else "skip"  # fmt: skip
+        checks.append(report.CheckResult(about["node"], "drill.final_state", verdict,
+                                         str(final.get("detail") or ""),
+                                         float(final.get("seconds") or 0)))  # fmt: skip
+    built = report.Report(results=checks)
     built.seconds = seconds
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for column in COLUMNS:

@@ -105,6 +105,14 @@ def _parser() -> argparse.ArgumentParser:
         help="fault drills: each step lasts at least S seconds, so that a short job lives long "
         "enough to be disturbed (the training state is the same as without it)",
     )
+    add(
+        "--until-step",
+        type=int,
+        default=0,
+        help="end after step N as after the last one (final checkpoint, state hash); the "
+        "learning-rate schedule still spans --steps. Drills replay an interrupted run up to "
+        "the step it reached this way (0: train to --steps)",
+    )
     add("--log-every", type=int, default=1)
     add("--state-hash-out", type=Path, help="write the final state's sha256 here")
     add("--final-state-out", type=Path, help="torch.save the final state here (for tests)")
@@ -121,6 +129,8 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
         raise SystemExit("--cache keeps --data's preprocessed shards: give --data DIR too")
     if args.drill_nan_at < 0:
         raise SystemExit("--drill-nan-at must be a step (1 or more), or 0 for no drill")
+    if args.until_step < 0:
+        raise SystemExit("--until-step must be a step (1 or more), or 0 for --steps")
     if not 0 <= args.min_step_s <= 3600:
         raise SystemExit("--min-step-s must be between 0 and 3600 seconds")
     if args.full_every < 0 or args.model_mb <= 0:
@@ -147,6 +157,7 @@ def _config(args: argparse.Namespace, device: str) -> TrainConfig:
         allow_dataset_change=args.allow_dataset_change,
         min_step_s=args.min_step_s,
         checkpoint_copies=args.checkpoint_copies,
+        until_step=args.until_step,
     )
 
 

@@ -56,6 +56,11 @@ class TrainConfig:
     allow_dataset_change: bool = False  # resume although the data set's version changed
     min_step_s: float = 0.0  # drills: each step lasts at least this long (the state is unchanged)
     checkpoint_copies: str = "shared"  # one copy on a shared filesystem, or one per node
+    until_step: int = 0  # end after this step as after the last (0: steps); LR schedule: steps
+
+    @property
+    def last_step(self) -> int:
+        return min(self.steps, self.until_step) if self.until_step else self.steps
 
     def layer_for(self, step: int) -> str | None:
         """Which checkpoint (if any) is due after ``step`` completes."""
@@ -157,7 +162,7 @@ class Trainer:
         The checkpointer is polled at every step boundary so that a background
         save's failure stops the run (``--stop-on-save-error``) within one step.
         """
-        while self.step < self.config.steps:
+        while self.step < self.config.last_step:
             began = time.monotonic()
             loss = self.loss = self._run_batch()
             self.step += 1

@@ -162,6 +162,28 @@ def test_run_kill_refuse_stop_and_resume_bit_exact(local: Local) -> None:
     print(f"run to first step {first_step:.1f} s, SIGKILL to resumed {restart:.1f} s")
 
 
+def test_a_drill_of_its_own_job_ends_with_a_bit_exact_replay(local: Local) -> None:
+    """`nodeprep drill` without --name: its own paced reference-trainer job, a rank SIGKILLed,
+    the job stopped (every rank saves), then replayed on the node: the run resumed from its
+    save and a fresh run to the same step end in the same state."""
+    report = local.root / "own.json"
+    code, out = local.cli("drill", "--faults", "kill", "--json", str(report))
+    assert code == 0, out
+    found = json.loads(report.read_text())
+    (kill,) = found["drills"]
+    assert kill["passed"] is True, kill
+    final = found["final_state"]
+    assert final["bit_exact"] is True, final
+    assert final["job_sha256"] == final["uninterrupted_sha256"], final
+    run_dir = local.root / "jobs" / found["job"]
+    saves = [json.loads(line) for line in (run_dir / "emergency.jsonl").read_text().splitlines()]
+    assert saves[-1]["signal"] == "SIGTERM", saves  # the drill's stop
+    assert final["step"] == saves[-1]["step"], (final, saves)
+    assert f"final state: the job's state at step {final['step']} equals" in out, out
+    assert not (run_dir / "replay").exists()  # the fresh run's directory went
+    assert ranks(str(run_dir)) == []
+
+
 def a_killed_rank_is_restarted(local: Local) -> tuple[float, float]:
     """Started; a rank SIGKILLed after 100 steps; torchrun restarts the group, which resumes."""
     began = time.monotonic()
