@@ -182,6 +182,8 @@ def test_a_drill_of_its_own_job_ends_with_a_bit_exact_replay(local: Local) -> No
     assert f"final state: the job's state at step {final['step']} equals" in out, out
     assert not (run_dir / "replay").exists()  # the fresh run's directory went
     assert ranks(str(run_dir)) == []
+    print(f"own job: kill {json.dumps({k: kill[k] for k in ('steps_lost', 'next_step_s')})}, "
+          f"replay {json.dumps(final)}")  # fmt: skip
 
 
 def a_killed_rank_is_restarted(local: Local) -> tuple[float, float]:
