@@ -122,6 +122,21 @@ def torchrun_argv(spec: dict[str, Any]) -> list[str]:
 
 TRAINER_MODULE = "nodeprep.trainer"
 DONE = re.compile(r"^done step=(\d+) state_sha256=([0-9a-f]{64})$", re.M)
+_BEGUN = re.compile(r"^start step=(\d+) resumed=(True|False)\b", re.M)
+# Trainer flags a replay sets itself, or leaves out: where the run lives and ends, its pace
+# and drills, and files it would write for the job.
+_REPLAY_DROPS = ("--run-dir", "--until-step", "--min-step-s", "--drill-nan-at",
+                 "--state-hash-out", "--final-state-out")  # fmt: skip
+
+
+def replay_facts(out: str) -> dict[str, Any] | None:
+    """What a reference trainer run said: the step it started at (and whether it resumed),
+    the step it ended at and its final state's sha256; None where it did not say so."""
+    begun, done = _BEGUN.search(out), DONE.search(out)
+    if begun is None or done is None:
+        return None
+    return {"start": int(begun.group(1)), "resumed": begun.group(2) == "True",
+            "done": int(done.group(1)), "sha256": done.group(2)}  # fmt: skip
 
 
 def replay_argv(argv: list[str], nproc: int, run_dir: str, step: int) -> list[str] | None:
@@ -141,7 +156,7 @@ def replay_argv(argv: list[str], nproc: int, run_dir: str, step: int) -> list[st
     rest = iter(argv[start:])
     for arg in rest:
         name = arg.split("=", 1)[0]
-        if name in ("--run-dir", "--until-step", "--min-step-s", "--drill-nan-at"):
+        if name in _REPLAY_DROPS:
             if "=" not in arg:
                 next(rest, None)
             continue

@@ -826,61 +826,87 @@ def drill(node: Node) -> dict[str, Any]:
     return {"host": node.host, "drill": result}
 
 
-def _trainer_hash(node: Node, argv: list[str], env: dict[str, str], timeout: int) -> str:
-    """Run ARGV as the job's user; the state hash its trainer printed, or a DrillError."""
-    try:
-        done = subprocess.run(
-            node.as_user(argv), capture_output=True, text=True, check=False, timeout=timeout,
-            cwd=node.run_dir, env={**os.environ, **env},
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise dr.DrillError(f"the replay did not finish within {timeout} s") from None
-    found = job.DONE.search(done.stdout)
-    if done.returncode != 0 or found is None:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        raise dr.DrillError(f"the replay exited {done.returncode}: {' | '.join(tail)}")
-    return found.group(2)
+def _trainer_run(node: Node, argv: list[str], env: dict[str, str], timeout: int) -> dict[str, Any]:
+    """Run ARGV as the job's user with the job's environment, in a session of its own so that
+    a timeout ends all of it (torchrun, the image's processes, the ranks); what its trainer
+    said (job.replay_facts), or a DrillError."""
+    pairs = [f"{key}={value}" for key, value in sorted(env.items())]
+    with subprocess.Popen(
+        node.as_user(["env", *pairs, *argv]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, cwd=node.run_dir, start_new_session=True,
+        env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8",
+             "HOME": node.account.pw_dir},
+    ) as proc:  # fmt: skip
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise dr.DrillError(f"the replay did not finish within {timeout} s") from None
+    facts = job.replay_facts(out)
+    if proc.returncode != 0 or facts is None:
+        tail = out.strip().splitlines()[-3:]
+        raise dr.DrillError(f"the replay exited {proc.returncode}: {' | '.join(tail)}")
+    return facts
 
 
 def replay(node: Node) -> dict[str, Any]:
     """Whether the stopped job's final state is bit-exact with an uninterrupted run: the
     reference trainer twice, in the job's image with its world size, both to the step of the
-    job's newest checkpoint that verifies. One resumes the job's own run directory and trains
-    nothing (its state hash is the job's), one trains afresh in RUN_DIR/replay (the
-    uninterrupted run). Only for a stopped one-node job of the reference trainer."""
+    job's newest checkpoint (which must verify and be full: a light one restarts the optimizer).
+    One resumes the job's own run directory and must train nothing (its state hash is the
+    job's), one trains afresh in RUN_DIR/replay (the uninterrupted run), removed after. Only
+    for a stopped one-node job of the reference trainer."""
     spec = job.read_json(node.path("job.json")) or {}
     pane = node.pane()
     if pane is not None and not pane["dead"]:
         raise dr.DrillError(f"job {node.name} is still running; the replay compares a stopped one.")
-    nodes = str(spec.get("nnodes", "1"))
-    fresh = node.path("replay")
-    newest = newest_checkpoint(node.run_dir, time.time())
-    if newest is None or not newest["verified"]:
-        raise dr.DrillError(f"job {node.name} has no newest checkpoint that verifies in "
-                            f"{node.run_dir} to compare.")  # fmt: skip
-    step = int(newest["step"])
     command = [str(a) for a in spec.get("command") or []]
     nproc = int(spec.get("nproc_per_node") or 1)
-    resumed = job.replay_argv(command, nproc, node.run_dir, step)
-    if resumed is None or nodes not in ("1", "1:1"):
-        return {"host": node.host, "replay": {"bit_exact": None, "step": step,
-                "detail": "not the reference trainer on one node: nothing to replay"}}  # fmt: skip
-    shutil.rmtree(fresh, ignore_errors=True)
-    os.makedirs(fresh)
-    os.chown(fresh, node.account.pw_uid, node.account.pw_gid)
+    fresh = node.path("replay")
+    one_node = str(spec.get("nnodes", "1")) in ("1", "1:1")
+    if job.replay_argv(command, nproc, fresh, 1) is None or not one_node:
+        why = "not the reference trainer on one node: nothing to replay"
+        return {"host": node.host, "replay": {"bit_exact": None, "detail": why}}
+    newest = newest_checkpoint(node.run_dir, time.time())
+    if newest is None or not newest["verified"] or newest["layer"] != "full":
+        raise dr.DrillError(f"job {node.name}'s newest checkpoint in {node.run_dir} is not a full "
+                            f"one that verifies ({newest}); nothing to compare.")  # fmt: skip
+    step = int(newest["step"])
     env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
     timeout = int(node.p["timeout_s"])
     began = time.time()
-    job_hash = _trainer_hash(node, resumed, env, timeout)
-    alone = _trainer_hash(node, job.replay_argv(command, nproc, fresh, step) or [], env, timeout)
     shutil.rmtree(fresh, ignore_errors=True)
-    same = job_hash == alone
+    try:
+        # Made by the job's user (the run directory is theirs); the trainers register with no
+        # heartbeat while they replay (their own registry in it).
+        run_or_fail(node, node.as_user(["mkdir", "-p", os.path.join(fresh, "registry")]),
+                    "creating the replay directory")  # fmt: skip
+        env["NODEPREP_RUN_DIR"] = os.path.join(fresh, "registry")
+        mine = _trainer_run(node, job.replay_argv(command, nproc, node.run_dir, step) or [],
+                            env, timeout)  # fmt: skip
+        alone = _trainer_run(node, job.replay_argv(command, nproc, fresh, step) or [], env,
+                             timeout)  # fmt: skip
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+    if (mine["start"], mine["resumed"], mine["done"]) != (step, True, step):
+        raise dr.DrillError(f"the replay of the job's own run did not resume at step {step} and "
+                            f"end there: it started at {mine['start']} (resumed "
+                            f"{mine['resumed']}) and ended at {mine['done']}.")  # fmt: skip
+    if (alone["start"], alone["resumed"], alone["done"]) != (0, False, step):
+        raise dr.DrillError(
+            f"the uninterrupted replay did not train from step 0 to {step}: it started at "
+            f"{alone['start']} and ended at {alone['done']}."
+        )
+    same = mine["sha256"] == alone["sha256"]
     detail = (f"the job's state at step {step} {'equals' if same else 'DIFFERS FROM'} an "
-              f"uninterrupted run's to that step (sha256 {job_hash[:12]}"
-              f"{'' if same else ' against ' + alone[:12]})")  # fmt: skip
+              f"uninterrupted run's to that step (sha256 {mine['sha256'][:12]}"
+              f"{'' if same else ' against ' + alone['sha256'][:12]})")  # fmt: skip
     return {"host": node.host, "replay": {
-        "bit_exact": same, "step": step, "job_sha256": job_hash, "uninterrupted_sha256": alone,
-        "seconds": round(time.time() - began, 1), "detail": detail}}  # fmt: skip
+        "bit_exact": same, "step": step, "job_sha256": mine["sha256"],
+        "uninterrupted_sha256": alone["sha256"], "seconds": round(time.time() - began, 1),
+        "detail": detail}}  # fmt: skip
 
 
 def interconnect_argv(node: Node) -> tuple[list[str], dict[str, Any] | None]:

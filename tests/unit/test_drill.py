@@ -175,6 +175,7 @@ def test_own_job_is_replayed_after_its_stop_and_a_differing_state_fails(
     assert seen == ["run", "drill", "stop", "replay"]
     assert code == (0 if same else 1), out
     assert f"final state: {replayed['detail']}" in out
+    assert ("PASSED: 1 of 1" if same else "FAILED (final state): 1 of 1") in out, out
     report = json.loads(out_json.read_text())
     assert report["final_state"] == replayed
     cases = {c.get("name"): c for c in ET.parse(out_xml).getroot().findall(".//testcase")}

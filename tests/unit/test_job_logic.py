@@ -228,7 +228,8 @@ def test_the_agent_is_found_below_the_pane(tmp_path: Path) -> None:
 def test_replay_reruns_the_reference_trainer_to_a_step_unpaced_on_a_standalone_rendezvous() -> None:
     spec = {**SPEC, "command": ["-m", "nodeprep.trainer", "--run-dir", "/data/jobs/pretrain",
                                 "--steps", "100000", "--checkpoint-every", "10",
-                                "--min-step-s", "0.5", "--seed=4"]}  # fmt: skip
+                                "--min-step-s", "0.5", "--seed=4", "--drill-nan-at", "30",
+                                "--state-hash-out=/data/h.txt"]}  # fmt: skip
     prefix = ["apptainer", "exec", "--bind", "/data/jobs/pretrain", "/i.sif"]
     argv = prefix + job.torchrun_argv(spec)
     replay = job.replay_argv(argv, 2, "/data/jobs/pretrain/replay", 170)
@@ -242,6 +243,7 @@ def test_replay_reruns_the_reference_trainer_to_a_step_unpaced_on_a_standalone_r
     assert job.replay_argv(prefix + job.torchrun_argv({**SPEC, "command": ["train.py"]}),
                            1, "/r", 5) is None  # fmt: skip
     assert job.replay_argv(["python3", "-m", "nodeprep.trainer"], 1, "/r", 5) is None
-    found = job.DONE.search("step 170 loss=1\ndone step=170 state_sha256=" + "ab" * 32 + "\n")
-    assert found is not None
-    assert found.groups() == ("170", "ab" * 32)
+    said = "start step=170 resumed=True\nstep 170 loss=1\ndone step=170 state_sha256=" + "ab" * 32
+    assert job.replay_facts(said) == {"start": 170, "resumed": True, "done": 170,
+                                      "sha256": "ab" * 32}  # fmt: skip
+    assert job.replay_facts("start step=0 resumed=False\nstep 1 loss=2\n") is None  # no end

@@ -281,6 +281,9 @@ def _report(
         junit_path.parent.mkdir(parents=True, exist_ok=True)
         junit_path.write_text(report.to_junit(built, "nodeprep drill"))
     failed = [f["fault"] for f in found if _verdict(f) == "fail"]
+    failed += [
+        "final state" for c in checks if c.check == "drill.final_state" and c.status == "fail"
+    ]
     skipped = [f["fault"] for f in found if _verdict(f) == "skip"]
     ran = len(found) - len(skipped)
     verdict = f"FAILED ({', '.join(failed)})" if failed else "PASSED" if ran else "NOT RUN"
