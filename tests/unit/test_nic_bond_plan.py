@@ -39,6 +39,9 @@ def test_live_bond_reads_mode_members_and_active(
         "exists": True,
         "mode": "fault-tolerance (active-backup)",
         "miimon": "100",
+        "arp_interval": "0",  # no "ARP Polling Interval" line: MII monitoring
+        "arp_targets": [],
+        "arp_validate": None,
         "members": ["ens4", "ens5"],
         "up": ["ens5"],
         "active": "ens5",
