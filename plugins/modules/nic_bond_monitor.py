@@ -18,9 +18,9 @@ description:
     it sets with the profile's C(bond.options) (it reports a change on every run), so this
     module reads C(bond.options) itself and changes only the keys that differ, in one
     C(nmcli connection modify), so NetworkManager never sees both monitors set.
-  - With I(mode), the bonding mode is set in the same command: NetworkManager refuses some
-    modes with ARP monitoring (balance-tlb, balance-alb, 802.3ad), so a change of both must
-    happen at once.
+  - With I(mode), the bonding mode is set in the same command, since NetworkManager refuses
+    some modes with ARP monitoring (balance-tlb, balance-alb, 802.3ad) and a change of both
+    must happen at once.
   - Changes the profile only; the role activates it inside its checkpoint.
 options:
   bond:

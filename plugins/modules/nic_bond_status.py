@@ -15,9 +15,9 @@ short_description: Judge a bond against what the nic_bond role recorded, for nod
 description:
   - Reads the bond's report from the bonding driver (C(/proc/net/bonding/<bond>)) and pings
     the probe target through the bond, then judges five checks against the role's applied
-    marker - C(nic_bond.mode), C(nic_bond.miimon) (the link monitor the marker names: the
-    MII polling interval, or under ARP monitoring the ARP interval, targets and validation,
-    with MII polling off), C(nic_bond.members_up) (every member in
+    marker - C(nic_bond.mode), C(nic_bond.miimon) (the link monitor the marker names, that
+    is the MII polling interval, or under ARP monitoring the ARP interval, targets and
+    validation with MII polling off), C(nic_bond.members_up) (every member in
     the bond with its own link up), C(nic_bond.active_member) (active-backup only; the
     primary when its link is up, else any member) and C(nic_bond.peer).
   - Returns them under C(checks) for C(nodeprep_check). Reads only; the ping is three
