@@ -13,7 +13,8 @@ from nodeprep.trainer.__main__ import main
     ("flag", "value", "message"),
     [("--steps", "0", "--steps must be at least 1"),
      ("--checkpoint-every", "-3", "--checkpoint-every must be at least 1"),
-     ("--model-mb", "0", "--model-mb > 0")],
+     ("--model-mb", "0", "--model-mb > 0"),
+     ("--until-step", "-1", "--until-step must be a step (1 or more), or 0 for --steps")],
 )  # fmt: skip
 def test_bad_arguments_exit_2_and_create_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
