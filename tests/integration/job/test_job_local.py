@@ -156,7 +156,12 @@ def test_run_kill_refuse_stop_and_resume_bit_exact(local: Local) -> None:
     assert reference is not None
     assert final.groups() == reference.groups()
     for name in ("j", "ref"):
+        # the hash line comes before the ranks and torchrun exit: wait for the job to end
+        deadline = time.monotonic() + 60
         code, seen = local.status(name)
+        while seen["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(1)
+            code, seen = local.status(name)
         assert code == 0
         assert seen["state"] == "finished", seen
     print(f"run to first step {first_step:.1f} s, SIGKILL to resumed {restart:.1f} s")

@@ -12,6 +12,7 @@ import torch
 
 from nodeprep.checkpoint import Checkpointer, CheckpointWriteError, NonFiniteStateError, committed
 from nodeprep.checkpoint import verify as verify_checkpoint
+from nodeprep.checkpoint.finite import nonfinite_reason
 from nodeprep.trainer.__main__ import main as trainer_main
 
 from .conftest import make_run, run_trainer
@@ -56,6 +57,30 @@ def test_a_nan_loss_is_refused_and_stops_a_run_that_stops_on_errors(
     with pytest.raises(NonFiniteStateError, match=r"step 1 not committed: the loss is inf"):
         ckpt.save(1, loss=float("inf"))
     assert committed(ckpt.root) == []
+
+
+def _module(**tensors: torch.Tensor) -> torch.nn.Module:
+    module = torch.nn.Module()
+    for name, tensor in tensors.items():
+        module.register_parameter(name, torch.nn.Parameter(tensor, requires_grad=False))
+    return module
+
+
+def test_the_check_sums_first_and_looks_closer_only_where_a_sum_is_not_finite() -> None:
+    big = torch.full((4,), 3e38)  # each finite, the sum overflows to inf
+    assert torch.isinf(big.sum())
+    fine = _module(big=big, f16=torch.full((3,), 60000.0, dtype=torch.float16),
+                   counts=torch.tensor([2**62, 2**62]), plain=torch.ones(5))  # fmt: skip
+    assert nonfinite_reason(fine) is None
+    # NaN and Inf in any floating dtype, and an Inf beside a -Inf (their sum is NaN).
+    mixed = torch.ones(6)
+    mixed[1], mixed[4] = float("inf"), float("-inf")
+    complex_nan = torch.zeros(3, dtype=torch.complex64)
+    complex_nan[2] = complex(0.0, float("nan"))
+    bad = _module(a=mixed, b=torch.ones(2), c=torch.tensor([float("nan")], dtype=torch.bfloat16),
+                  d=complex_nan, e=big)  # fmt: skip
+    assert nonfinite_reason(bad) == "3 parameter tensor(s) hold NaN or Inf (a, c, d)"
+    assert nonfinite_reason(_module()) is None
 
 
 def test_quarantine_writes_aside_where_resume_and_retention_never_look(
