@@ -233,8 +233,10 @@ def _served_version(response: http.client.HTTPResponse) -> Validator:
 
 
 def _read(response: http.client.HTTPResponse, url: str, offset: int) -> bytes:
-    """The next chunk of the body (b"" at its end); a broken connection is transient."""
+    """What the connection has of the body now, up to READ_CHUNK (b"" at its end); a broken
+    connection is transient. read1, not read: read waits for a full chunk, and a read that
+    times out loses what it had gathered (up to 1 MiB at every stall)."""
     try:
-        return response.read(READ_CHUNK)
+        return response.read1(READ_CHUNK)
     except (OSError, http.client.HTTPException) as exc:
         raise TransientError(f"{url}: the connection broke at byte {offset}: {exc!r}") from exc

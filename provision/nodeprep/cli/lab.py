@@ -20,7 +20,7 @@ from nodeprep.debmirror import MirrorNotFoundError
 from nodeprep.lab import apptainer, faults, lifecycle, metadata
 from nodeprep.lab.errors import LabError, LabInputError
 from nodeprep.lab.inventory import render_ini
-from nodeprep.lab.node import BOND_NICS, is_our_qemu
+from nodeprep.lab.node import is_our_qemu
 from nodeprep.lab.paths import cache_dir, lab_dir
 from nodeprep.lab.recipe import DEFAULT_DISTRO, DISTROS
 from nodeprep.lab.ssh import SshTarget
@@ -206,12 +206,14 @@ def down() -> None:
 @click.argument("target", metavar="[NIC|SIZE]", required=False, default="")
 @lab_errors
 def fault(node: str, action: str, target: str) -> None:
-    """Inject a fault into NODE: cut or restore a bond NIC (b0, b1), grow the data disk, or
-    reset the node (a power cycle: no shutdown runs; it boots again).
+    """Inject a fault into NODE: cut or restore a bond NIC (b0, b1) or the management NIC
+    (mgmt: SSH to the node stalls until link-up), grow the data disk, or reset the node (a
+    power cycle: no shutdown runs; it boots again).
 
     \b
     Examples:
       nodeprep lab fault node1 link-down b0
+      nodeprep lab fault node1 link-down mgmt
       nodeprep lab fault node1 disk-grow 2G
       nodeprep lab fault node1 reset
     """
@@ -228,10 +230,6 @@ def fault(node: str, action: str, target: str) -> None:
         size = faults.grow_disk(record, faults.parse_size(target))
         click.echo(f"{node}: data disk grown to {size} bytes")
         return
-    if target not in BOND_NICS:
-        raise LabUsageError(
-            f"NIC {target!r} is not a bond NIC; choose one of: {', '.join(BOND_NICS)}."
-        )
     faults.set_link(record, target, up=action == "link-up")
     click.echo(f"{node}: {target} link {'up' if action == 'link-up' else 'down'}")
 

@@ -30,12 +30,16 @@ def parse_size(text: str) -> int:
     return size
 
 
+# The management NIC (guest ens3): SSH and everything Ansible sends ride on it, so a cut stalls
+# them until the link is restored (through QMP, which needs no network).
+MGMT_NIC = "mgmt"
+LINK_NICS = (*BOND_NICS, MGMT_NIC)
+
+
 def set_link(node: NodeRecord, nic: str, up: bool) -> None:
-    """Cut or restore one bond NIC's link; the guest sees carrier loss at once."""
-    if nic not in BOND_NICS:
-        raise LabInputError(
-            f"NIC {nic!r} is not a bond NIC; choose one of: {', '.join(BOND_NICS)}."
-        )
+    """Cut or restore one NIC's link; the guest sees carrier loss at once."""
+    if nic not in LINK_NICS:
+        raise LabInputError(f"NIC {nic!r} is not a lab NIC; choose one of: {', '.join(LINK_NICS)}.")
     with connect(node.files.qmp) as qmp:
         qmp.execute("set_link", {"name": nic, "up": up})
 

@@ -47,11 +47,14 @@ def serve_directory(directory: Path) -> Iterator[int]:
         thread.join(timeout=5)
 
 
-def tunnel_argv(target: SshTarget, guest_port: int, host_port: int) -> list[str]:
-    """ssh that listens on the guest's 127.0.0.1:guest_port and forwards to the host's port."""
+def tunnel_argv(
+    target: SshTarget, guest_port: int, host_port: int, alive_count: int = 3
+) -> list[str]:
+    """ssh that listens on the guest's 127.0.0.1:guest_port and forwards to the host's port;
+    it gives up after ``alive_count`` unanswered keepalives, 5 s apart."""
     return [
         "ssh", *SSH_OPTIONS, "-N", "-o", "ExitOnForwardFailure=yes",
-        "-o", "ServerAliveInterval=5",
+        "-o", "ServerAliveInterval=5", "-o", f"ServerAliveCountMax={alive_count}",
         "-R", f"127.0.0.1:{guest_port}:127.0.0.1:{host_port}",
         "-i", str(target.key), "-p", str(target.port), f"{target.user}@{target.host}",
     ]  # fmt: skip
@@ -59,11 +62,15 @@ def tunnel_argv(target: SshTarget, guest_port: int, host_port: int) -> list[str]
 
 @contextlib.contextmanager
 def reverse_tunnel(
-    target: SshTarget, guest_port: int, host_port: int, timeout_s: float = 120.0
+    target: SshTarget,
+    guest_port: int,
+    host_port: int,
+    timeout_s: float = 120.0,
+    alive_count: int = 3,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Keep the tunnel up for the block; the ssh process is ended by its PID afterwards."""
     process = subprocess.Popen(
-        tunnel_argv(target, guest_port, host_port),
+        tunnel_argv(target, guest_port, host_port, alive_count),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -16,7 +16,7 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
@@ -71,6 +71,7 @@ class Faults:
     corrupt: bool = False
     statuses: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     redirects: dict[str, str] = field(default_factory=dict)
+    pace_bytes_s: float = 0.0  # a slow link: each 64 KiB chunk waits its share (0: no wait)
 
 
 class _Server(ThreadingHTTPServer):
@@ -127,6 +128,11 @@ class FlakyServer:
     def bytes_sent(self) -> int:
         with self._lock:
             return sum(request.sent for request in self.requests)
+
+    def snapshot(self) -> list[Request]:
+        """Copies of the requests answered so far, taken under the server's lock."""
+        with self._lock:
+            return [replace(request) for request in self.requests]
 
     def range_starts(self) -> list[int | None]:
         with self._lock:
@@ -244,6 +250,10 @@ class FlakyServer:
                 position += len(chunk)
                 with self._lock:
                     record.sent += len(chunk)
+                if self.faults.pace_bytes_s > 0 and self._stopping.wait(
+                    len(chunk) / self.faults.pace_bytes_s
+                ):
+                    return  # stopping: the test is over
         except OSError:
             return  # the client went away first; nothing to inject
         if drop is not None:

@@ -159,7 +159,7 @@ def test_run_kill_refuse_stop_and_resume_bit_exact(local: Local) -> None:
         # the hash line comes before the ranks and torchrun exit: wait for the job to end
         deadline = time.monotonic() + 60
         code, seen = local.status(name)
-        while seen["state"] == "running" and time.monotonic() < deadline:
+        while seen["state"] in ("running", "restarting") and time.monotonic() < deadline:
             time.sleep(1)
             code, seen = local.status(name)
         assert code == 0

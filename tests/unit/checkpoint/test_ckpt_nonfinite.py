@@ -80,6 +80,12 @@ def test_the_check_sums_first_and_looks_closer_only_where_a_sum_is_not_finite() 
     bad = _module(a=mixed, b=torch.ones(2), c=torch.tensor([float("nan")], dtype=torch.bfloat16),
                   d=complex_nan, e=big)  # fmt: skip
     assert nonfinite_reason(bad) == "3 parameter tensor(s) hold NaN or Inf (a, c, d)"
+    # 8-bit floats have no isfinite in torch: they are widened when looked at closely.
+    eight = torch.tensor([1.0, 448.0], dtype=torch.float8_e4m3fn)
+    assert nonfinite_reason(_module(f8=eight)) is None
+    assert nonfinite_reason(_module(f8=torch.tensor([float("nan")]).to(torch.float8_e4m3fn))) == (
+        "1 parameter tensor(s) hold NaN or Inf (f8)"
+    )
     assert nonfinite_reason(_module()) is None
 
 

@@ -73,7 +73,7 @@ def test_fault_names_unknown_node_and_nic(lab_dir: Path) -> None:
     assert "No lab node named 'node9'; running nodes: node1." in result.output
     result = CliRunner().invoke(lab, ["fault", "node1", "link-down", "eth7"])
     assert result.exit_code == 2
-    assert "NIC 'eth7' is not a bond NIC" in result.output
+    assert "NIC 'eth7' is not a lab NIC; choose one of: b0, b1, mgmt." in result.output
     result = CliRunner().invoke(lab, ["metadata", "node9", "up"])
     assert result.exit_code == 2
     assert "No lab node named 'node9'; running nodes: node1." in result.output

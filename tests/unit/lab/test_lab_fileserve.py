@@ -31,3 +31,6 @@ def test_tunnel_listens_on_the_guest_loopback_only() -> None:
     assert "ExitOnForwardFailure=yes" in argv
     assert argv[-1] == "nodeprep@127.0.0.1"
     assert "-N" in argv
+    assert "ServerAliveCountMax=3" in argv  # 15 s of silence ends it
+    patient = tunnel_argv(SshTarget(2222, Path("/k")), 18080, 40000, alive_count=12)
+    assert "ServerAliveCountMax=12" in patient
