@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from lab_helpers import LabNode
+from lab_helpers import METRICS, LabNode
 from spot_notice import _nodeprep
 
 from moto_ec2 import REGION, SANDBOX_ENV, make_volume, moto_server
@@ -166,7 +166,7 @@ def _judge(
     log = [json.loads(line) for line in node.sh(f"cat {STATE}/growth.log").splitlines()]
     journal = node.sh("sudo journalctl -u nodeprep-heartbeat --no-pager -o cat "
                       "| grep -E 'action=(grow|trip)' || true")  # fmt: skip
-    metrics = node.sh("cat /var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom")
+    metrics = node.sh(f"cat {METRICS}")
     print("growth log:", json.dumps(log, indent=1), flush=True)
     print(
         "request to answer (s):",

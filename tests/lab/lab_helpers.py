@@ -10,6 +10,9 @@ from pathlib import Path
 from nodeprep.lab.ssh import SshTarget, run_ssh
 from nodeprep.lab.state import LabState
 
+# The heartbeat role's default Prometheus textfile on a node (heartbeat_metrics_path).
+METRICS = "/var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom"
+
 
 @dataclass(frozen=True)
 class LabNode:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from lab_helpers import METRICS
 from lab_helpers import lab_cli as lab
 from lab_helpers import node_sh as sh
 from verify_helpers import (
@@ -36,7 +37,6 @@ from nodeprep.lab.state import LabState
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
 NODES = ("node1", "node2")
-METRICS = "/var/lib/prometheus/node-exporter/nodeprep_heartbeat.prom"  # the role's default
 # tmux is on by default (Debian 13's own, for the lab's login user).
 PASSED = {"preflight.os", "heartbeat.service", "heartbeat.probes", "volume_grow.size",
           "disk.writable", "checkpoint.newest",
