@@ -77,9 +77,12 @@ def test_pause_after_checkpoint_and_resume_on_recovery(
 
 
 TRAP_SCRIPT = """
-import signal, sys, time
+import os, signal, sys, time
 def got(sig, frame):
-    open(sys.argv[1], "w").write("SIGINT")
+    # Written aside and renamed: the test may see the marker the moment it exists.
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write("SIGINT")
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
     sys.exit(0)
 signal.signal(signal.SIGINT, got)
 open(sys.argv[1] + ".ready", "w").write("ready")
