@@ -31,10 +31,11 @@ from checkpoint_savers import (
     clean,
     process_mode_available,
     start_single_process_group,
+    training,
 )
-from nodeprep.checkpoint import ResumableSampler, commit_checkpoint
+from nodeprep.checkpoint import commit_checkpoint
 from nodeprep.checkpoint.snapshot import StagingArea, flatten, unflatten
-from nodeprep.trainer.model import SyntheticData, build_model
+from nodeprep.trainer.model import build_model
 
 QUICK = {"model_mb": 16.0, "every": 20, "blocks": 2, "kills": 5, "recoveries": 2}
 FULL = {"model_mb": 110.0, "every": 50, "blocks": 4, "kills": 200, "recoveries": 5}
@@ -51,16 +52,10 @@ def interleaved(
     competes for the CPU. After each round, once every write in flight has ended, one
     ``dd`` sample; the block after it is charged to nobody.
     """
-    torch.manual_seed(0)
-    model = build_model(model_mb)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = SyntheticData(4096, 0)
-    sampler = ResumableSampler(4096, 32, 0)
+    model, optimizer, forward_backward = training(model_mb)
 
     def step() -> None:
-        inputs, labels = data.batch(sampler.next_batch(), torch.device("cpu"))
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(inputs), labels).backward()  # type: ignore[no-untyped-call]
+        forward_backward()
         optimizer.step()
 
     for _ in range(3):  # optimizer state exists before the first save

@@ -30,25 +30,14 @@ from typing import Any
 
 import torch
 
-from nodeprep.checkpoint import ResumableSampler
+from checkpoint_savers import training
 from nodeprep.checkpoint.snapshot import StagingArea
-from nodeprep.trainer.model import SyntheticData, build_model
 
 KINDS = ("plain", "sync", "overlap")
 
 
 def measure(model_mb: float, rounds: int) -> dict[str, Any]:
-    torch.manual_seed(0)
-    model = build_model(model_mb)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = SyntheticData(4096, 0)
-    sampler = ResumableSampler(4096, 32, 0)
-
-    def forward_backward() -> None:
-        inputs, labels = data.batch(sampler.next_batch(), torch.device("cpu"))
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(inputs), labels).backward()  # type: ignore[no-untyped-call]
-
+    model, optimizer, forward_backward = training(model_mb)
     for _ in range(3):  # Adam's moments exist; the first steps' allocations are behind us
         forward_backward()
         optimizer.step()

@@ -21,7 +21,27 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from nodeprep.checkpoint import Checkpointer, SaveHandle
+from nodeprep.checkpoint import Checkpointer, ResumableSampler, SaveHandle
+from nodeprep.trainer.model import SyntheticData, build_model
+
+
+def training(
+    model_mb: float,
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, Callable[[], None]]:
+    """The benchmarks' model (seeded), its AdamW, and forward + backward on its next batch
+    (the caller takes the optimizer step)."""
+    torch.manual_seed(0)
+    model = build_model(model_mb)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = SyntheticData(4096, 0)
+    sampler = ResumableSampler(4096, 32, 0)
+
+    def forward_backward() -> None:
+        inputs, labels = data.batch(sampler.next_batch(), torch.device("cpu"))
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(inputs), labels).backward()  # type: ignore[no-untyped-call]
+
+    return model, optimizer, forward_backward
 
 
 @dataclass
