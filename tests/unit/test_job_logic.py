@@ -212,7 +212,8 @@ def test_the_agent_is_found_below_the_pane(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 20
-        while not ready.exists() and time.monotonic() < deadline:
+        # The file exists before its pid is written: wait for the pid itself.
+        while not (ready.exists() and ready.read_text().strip()) and time.monotonic() < deadline:
             time.sleep(0.05)
         child = int(ready.read_text())
         assert set(job.descendants(pane.pid)) == {child}

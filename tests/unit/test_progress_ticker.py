@@ -21,9 +21,10 @@ def test_a_quiet_step_gets_a_line_per_quiet_period_and_a_busy_one_none() -> None
     console, out = _console()
     with Ticker(console, lambda: "copying the image", quiet_s=0.3) as ticker:
         time.sleep(1.0)
+        ticker.mark()  # the busy part starts now: a tick of the quiet part cannot fall into it
         quiet = out.getvalue().splitlines()
-        for _ in range(8):  # lines printed more often than the quiet period
-            time.sleep(0.1)
+        for _ in range(16):  # lines printed far more often than the quiet period
+            time.sleep(0.05)
             ticker.mark()
     busy = out.getvalue().splitlines()[len(quiet) :]
     assert 2 <= len(quiet) <= 3, quiet

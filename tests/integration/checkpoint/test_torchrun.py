@@ -73,12 +73,14 @@ def _torchrun(
         return subprocess.Popen(args, env=env, stdout=handle, stderr=subprocess.STDOUT)
 
 
-def _kill_job(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL torchrun and every process under it at once (its ranks get sessions of their own)."""
-    for pid in [proc.pid, *descendants(proc.pid)]:
+def _kill_job(*procs: subprocess.Popen[bytes]) -> None:
+    """SIGKILL each torchrun and every process under it at once (its ranks get sessions of
+    their own), all of them before waiting for any."""
+    for pid in [pid for proc in procs for pid in (proc.pid, *descendants(proc.pid))]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    proc.wait(timeout=60)
+    for proc in procs:
+        proc.wait(timeout=60)
 
 
 def _env(registry: Path) -> dict[str, str]:
@@ -266,10 +268,10 @@ def test_two_nodes_without_a_shared_filesystem_resume_from_a_checkpoint_both_ver
             assert time.monotonic() < deadline, "both nodes never kept three full checkpoints"
             time.sleep(0.05)
     finally:
-        for agent in agents:
-            _kill_job(agent)
+        _kill_job(*agents)
     node0, node1 = (_fulls(tmp_path / f"node{n}") for n in (0, 1))
-    assert [p.name for p in node0][-3:] == [p.name for p in node1][-3:]  # written on both
+    # Written on both: each node commits on its own writer, so one may be a save ahead.
+    assert len({p.name for p in node0} & {p.name for p in node1}) >= 2, (node0, node1)
     lost = node1[-1]
     shutil.rmtree(lost)  # node1's newest save is gone (its disk, or it died first)
     common = max(set(p.name for p in node0) & set(p.name for p in _fulls(tmp_path / "node1")))

@@ -142,8 +142,8 @@ def test_a_failure_is_retried_soon_so_an_outage_trips_in_retries_not_intervals(
 def test_a_hung_retry_counts_once_past_its_deadline_and_a_slow_one_not_at_all(
     endpoint: Endpoint, run_daemon: Callable[..., RunningDaemon]
 ) -> None:
-    endpoint.slow_s = 0.25
-    probe = _probe(endpoint, interval=3.0, timeout=0.4, retry_interval=0.1)
+    endpoint.slow_s = 0.25  # well inside the timeout, even with the daemon and server on a busy GIL
+    probe = _probe(endpoint, interval=3.0, timeout=0.9, retry_interval=0.1)
     hb = run_daemon({"probes": [probe]})
     wait_for(lambda: hb.observed, 5, "first answer")
     # One failure, then retries that answer slowly but within the timeout: no more failures.
@@ -186,7 +186,7 @@ def test_a_slow_healthy_endpoint_gets_hedges_that_all_answer(
 ) -> None:
     endpoint.slow_s = 0.3
     endpoint.set_mode("slow")
-    hb = run_daemon({"probes": [_probe(endpoint, interval=1.0, timeout=0.5, retry_interval=0.1)]})
+    hb = run_daemon({"probes": [_probe(endpoint, interval=1.0, timeout=0.9, retry_interval=0.1)]})
     time.sleep(3.5)
     seen = _runs(hb.observed, "web")
     assert seen, "no answer"
