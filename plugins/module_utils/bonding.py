@@ -1,7 +1,8 @@
 """The Linux bonding driver's own report, ``/proc/net/bonding/<bond>``, read one way.
 
-Used by the nic_bond role's plan (before a change) and by its verify checks (after), so the
-two agree on what the kernel says. Standard library and Python 3.8 only (module_utils).
+Used by the nic_bond role's plan (before a change), by its verify checks (after) and by
+the drills that fail a bond over (drill.bonds), so that all of them agree on what the
+kernel says. Standard library and Python 3.8 only (module_utils).
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from .bonding import parse as parse_bond
+
 # Every fault the drill command knows, in the order of the issue that asked for them.
 FAULTS = ("kill", "preempt", "link", "blackhole", "netem", "disk-full", "ssh-drop", "reboot")
 # Faults that can cut a node off its network; outside the lab they need --yes.
@@ -267,7 +269,8 @@ def root_qdisc(iface: str) -> tuple[str, str]:
 
 
 def bonds(root: str = "/proc/net/bonding") -> list[dict[str, Any]]:
-    """Every bond of the node: name, mode, active member, members with their MII status."""
+    """Every bond of the node: name, mode, active member, members up or down, read the way the
+    nic_bond role reads them (bonding.parse)."""
     found = []
     try:
         names = sorted(os.listdir(root))
@@ -276,23 +279,24 @@ def bonds(root: str = "/proc/net/bonding") -> list[dict[str, Any]]:
     for name in names:
         try:
             with open(os.path.join(root, name), encoding="utf-8") as handle:
-                text = handle.read()
+                report = parse_bond(handle.read())
         except OSError:
             continue
-        mode = re.search(r"^Bonding Mode: (.+)$", text, re.M)
-        active = re.search(r"^Currently Active Slave: (\S+)$", text, re.M)
-        miimon = re.search(r"^MII Polling Interval \(ms\): (\d+)$", text, re.M)
-        arp = re.search(r"^ARP Polling Interval \(ms\): (\d+)$", text, re.M)
-        members = dict(re.findall(r"^Slave Interface: (\S+)\nMII Status: (\S+)$", text, re.M))
+        if not report["exists"]:
+            continue
         found.append({
             "name": name,
-            "mode": mode.group(1) if mode else "",
-            "active": active.group(1) if active else "",
-            "miimon_ms": int(miimon.group(1)) if miimon else 0,
-            "arp_ms": int(arp.group(1)) if arp else 0,
-            "members": members,
+            "mode": report["mode"] or "",
+            "active": report["active"] or "",
+            "miimon_ms": _int(report["miimon"]),
+            "arp_ms": _int(report["arp_interval"]),
+            "members": {m: "up" if m in report["up"] else "down" for m in report["members"]},
         })  # fmt: skip
     return found
+
+
+def _int(text: str | None) -> int:
+    return int(text) if text and text.isdigit() else 0
 
 
 def default_iface() -> str:
@@ -808,31 +812,14 @@ def drill_preempt(
         result["restored"], result["left"] = False, ["the job still stopping"]
         result["passed"] = False
         return result
-    _resumed(result, reclaim, timeout_s)
+    last = reclaim.reached[0] if reclaim.reached else None  # the step reached before the exit
+    _came_back(result, reclaim.timeline, reclaim.watch, last, timeout_s, "", reclaim.term_time)
     left = [f"the notice {notice} is still there"] if os.path.exists(notice) else []
     if not job.alive():
         left.append("the job is not running")
     result["restored"], result["left"] = not left, left
     result["detail"] += "; next step timed from the SIGTERM"
     return _judge(result)
-
-
-def _resumed(result: dict[str, Any], reclaim: _Reclaim, timeout_s: float) -> None:
-    """The job started again: where it resumed, what that lost, when it stepped."""
-    timeline, reached = reclaim.timeline, reclaim.reached
-    end = time.time() + timeout_s
-    while time.time() < end and not timeline.after_resume:
-        timeline.feed(reclaim.watch.poll())
-        time.sleep(0.05)
-    result["resumed_from"] = timeline.resumed_from
-    if timeline.resumed_from is None:
-        result["problems"].append(f"the job did not start again within {timeout_s:g} s")
-    elif not timeline.resumed:
-        result["problems"].append("the job started again from scratch, not from a checkpoint")
-    elif reached is not None:
-        result["steps_lost"] = max(0, reached[0] - timeline.resumed_from)
-    if timeline.after_resume:
-        result["next_step_s"] = round(timeline.after_resume[0][1] - reclaim.term_time, 2)
 
 
 def netem_iface() -> str:
@@ -1366,16 +1353,18 @@ def _shutdown_save(job: Job, record: dict[str, Any], result: dict[str, Any]) -> 
 
 def _came_back(
     result: dict[str, Any], timeline: Timeline, watch: LogWatch, reached: int | None,
-    timeout_s: float,
+    timeout_s: float, since: str, timed_from: float,
 ) -> str:  # fmt: skip
-    """Wait for the job's first step after its start at boot; where it resumed, what that lost."""
+    """Wait for the job's first step after it started again (after a reclaim, a boot); where it
+    resumed, what that lost, and when it stepped, counted from TIMED_FROM (wall clock). SINCE
+    ends the sentence of a job that never started again ("" or " of the boot")."""
     end = time.monotonic() + timeout_s  # the wall clock may be stepped just after a boot
     while time.monotonic() < end and not timeline.after_resume:
         timeline.feed(watch.poll())
-        time.sleep(0.1)
+        time.sleep(0.05)
     result["resumed_from"] = timeline.resumed_from
     if timeline.resumed_from is None:
-        result["problems"].append(f"the job did not start again within {timeout_s:g} s of the boot")
+        result["problems"].append(f"the job did not start again within {timeout_s:g} s{since}")
         return "not started again"
     if not timeline.resumed:
         result["problems"].append("the job started again from scratch, not from a checkpoint")
@@ -1383,7 +1372,7 @@ def _came_back(
     if reached is not None:
         result["steps_lost"] = max(0, int(reached) - timeline.resumed_from)
     if timeline.after_resume:
-        result["next_step_s"] = round(timeline.after_resume[0][1] - timeline.fault_time, 2)
+        result["next_step_s"] = round(timeline.after_resume[0][1] - timed_from, 2)
     return f"resumed from step {timeline.resumed_from}"
 
 
@@ -1413,7 +1402,9 @@ def drill_reboot_judge(
         result["problems"].append("the node did not reboot: its boot id is the one before")
     said = [f"kernel up {time.time() - time.monotonic() - asked:.1f} s after the arm",
             _shutdown_save(job, record, result)]  # fmt: skip
-    said.append(_came_back(result, timeline, watch, reached, timeout_s))
+    said.append(
+        _came_back(result, timeline, watch, reached, timeout_s, " of the boot", timeline.fault_time)
+    )
     started = unit_started(boot_unit)
     if started is not None and started >= asked:
         result["detected_by"] = "boot unit"
