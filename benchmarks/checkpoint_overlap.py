@@ -13,10 +13,10 @@ by round, so that the machine's drift falls on all three alike:
 
 The overlap blocks the loop only for the join. Whether it saves anything is the step's own
 time: ``overlap_extra_ms`` (its median step minus the plain one) against ``sync_extra_ms``.
-Where the copy is a CPU memcpy on the cores the model trains on, the two are about equal: the
-copy's cost moves from the save into the step beside it, and a benchmark that counts only
-the blocked time would call that a gain. Where the copy is a DMA from GPU memory, it is not.
-Medians; the last line is JSON.
+Where the copy is a CPU memcpy on the cores the model trains on, the overlap costs as much or
+more: the copy's cost moves from the save into the step beside it, and a benchmark that
+counts only the blocked time would call that a gain. Where the copy is a DMA from GPU
+memory, it is not. Medians; the last line is JSON.
 """
 
 from __future__ import annotations

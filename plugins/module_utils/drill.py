@@ -287,7 +287,8 @@ def bonds(root: str = "/proc/net/bonding") -> list[dict[str, Any]]:
         found.append({
             "name": name,
             "mode": report["mode"] or "",
-            "active": report["active"] or "",
+            # "None" when no member is active: never a member a drill could fail over to
+            "active": report["active"] if report["active"] in report["members"] else "",
             "miimon_ms": _int(report["miimon"]),
             "arp_ms": _int(report["arp_interval"]),
             "members": {m: "up" if m in report["up"] else "down" for m in report["members"]},
@@ -1366,13 +1367,13 @@ def _came_back(
     if timeline.resumed_from is None:
         result["problems"].append(f"the job did not start again within {timeout_s:g} s{since}")
         return "not started again"
+    if timeline.after_resume:  # a job that started from scratch still stepped
+        result["next_step_s"] = round(timeline.after_resume[0][1] - timed_from, 2)
     if not timeline.resumed:
         result["problems"].append("the job started again from scratch, not from a checkpoint")
         return "started again from scratch"
     if reached is not None:
         result["steps_lost"] = max(0, int(reached) - timeline.resumed_from)
-    if timeline.after_resume:
-        result["next_step_s"] = round(timeline.after_resume[0][1] - timed_from, 2)
     return f"resumed from step {timeline.resumed_from}"
 
 

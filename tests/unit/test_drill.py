@@ -272,6 +272,12 @@ def test_bonds_are_read_from_proc(tmp_path: Path) -> None:
     assert drill.bonds(str(tmp_path))[0]["arp_ms"] == 100
     assert found["members"] == {"ens4": "up", "ens5": "down"}
     assert drill.bonds(str(tmp_path / "none")) == []
+    # Every member down: the kernel names no active member, and no drill fails over to "None".
+    (tmp_path / "bond0").write_text(
+        BOND.replace("Active Slave: ens4", "Active Slave: None").replace("up", "down")
+    )
+    (down,) = drill.bonds(str(tmp_path))
+    assert (down["active"], down["members"]) == ("", {"ens4": "down", "ens5": "down"})
 
 
 def test_children_are_found_by_parent_pid() -> None:
@@ -592,6 +598,26 @@ def test_a_reboot_that_did_not_happen_or_a_job_that_did_not_come_back_fails(
     assert "the job did not start again within 0.5 s" in problems
     assert "the boot unit u.service is no longer enabled" in problems
     assert "the job is not running" in problems
+
+
+def test_a_job_that_started_again_from_scratch_fails_and_its_next_step_is_still_timed(
+    tmp_path: Path,
+) -> None:
+    """The preempt and reboot drills' wait for the resume: a start without a checkpoint is
+    the one problem (the job did step: no "made no step" on top of it)."""
+    log = tmp_path / "train.log"
+    log.write_text("step 40 loss=0.1 t=1.0\n")
+    watch = drill.LogWatch(str(log))
+    began = time.time()
+    timeline = drill.Timeline(began)
+    log.write_text(f"step 40 loss=0.1 t=1.0\nstart step=0 resumed=False\n"
+                   f"step 1 loss=0.1 t={began + 3}\n")  # fmt: skip
+    result: dict[str, Any] = {"problems": []}
+    said = drill._came_back(result, timeline, watch, 40, 5.0, "", began)
+    assert said == "started again from scratch"
+    assert result["problems"] == ["the job started again from scratch, not from a checkpoint"]
+    assert (result["resumed_from"], result["next_step_s"]) == (0, 3.0)
+    assert "steps_lost" not in result
 
 
 def test_a_notice_that_cannot_be_posted_is_one_sentence(tmp_path: Path) -> None:

@@ -256,8 +256,8 @@ def test_two_nodes_without_a_shared_filesystem_resume_from_a_checkpoint_both_ver
     tmp_path: Path, reference: Path
 ) -> None:
     """--checkpoint-copies node: each node's local rank 0 keeps its own copy. The job is
-    killed; one node's newest checkpoint is lost; the restarted job resumes on both nodes
-    from the newest checkpoint both still have, each from its own disk, bit-exact."""
+    killed; node1 loses the newest checkpoint both nodes had; the restarted job resumes on
+    both nodes from the newest checkpoint both still have, each from its own disk, bit-exact."""
     env = _env(tmp_path / "registry")
     out, log = tmp_path / "out.pt", tmp_path / "run.log"
     agents = _node_agents(tmp_path, out, env, log)
@@ -271,9 +271,10 @@ def test_two_nodes_without_a_shared_filesystem_resume_from_a_checkpoint_both_ver
         _kill_job(*agents)
     node0, node1 = (_fulls(tmp_path / f"node{n}") for n in (0, 1))
     # Written on both: each node commits on its own writer, so one may be a save ahead.
-    assert len({p.name for p in node0} & {p.name for p in node1}) >= 2, (node0, node1)
-    lost = node1[-1]
-    shutil.rmtree(lost)  # node1's newest save is gone (its disk, or it died first)
+    both = {p.name for p in node0} & {p.name for p in node1}
+    assert len(both) >= 2, (node0, node1)
+    lost = tmp_path / "node1" / "checkpoints" / max(both)
+    shutil.rmtree(lost)  # node1 lost the newest save both had (its disk, or it died first)
     common = max(set(p.name for p in node0) & set(p.name for p in _fulls(tmp_path / "node1")))
     agents = _node_agents(tmp_path, out, env, log)
     for node, agent in enumerate(agents):
