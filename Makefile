@@ -5,6 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+# Two workers for the unit and integration tiers: alone they keep one core of two busy (they
+# wait on subprocesses, sockets and sleeps). Files stay whole on one worker, and files that
+# share state beyond their process are grouped (tests/conftest.py, XDIST_GROUPS).
+XDIST := -n 2 --dist loadfile
 # Debian 13 has apptainer in sid; on Debian 12 it runs from a cached Debian 13 root filesystem.
 APPTAINER := $(shell command -v apptainer >/dev/null 2>&1 && echo apptainer || echo debian13-rootfs)
 
@@ -41,10 +45,10 @@ lint: setup
 	    $(BIN)/ansible-lint --profile production --offline playbooks roles'
 
 test-unit: setup
-	@bash .ci/timed unit -- $(PYTEST) --durations=15 tests/unit
+	@bash .ci/timed unit -- $(PYTEST) $(XDIST) --durations=15 tests/unit
 
 test-integration: setup
-	@bash .ci/timed integration -- $(PYTEST) --durations=30 tests/integration
+	@bash .ci/timed integration -- $(PYTEST) $(XDIST) --durations=30 tests/integration
 
 test-lab: setup
 	@bash .ci/timed lab -- $(PYTEST) --durations=20 -m "not lab_long" tests/lab

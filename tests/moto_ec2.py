@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ports import reserved_port
+
 REGION = "eu-west-1"
 # Dummy credentials: with them boto3 can only ever talk to the loopback endpoint it is given.
 SANDBOX_ENV = {
@@ -20,16 +22,10 @@ SANDBOX_ENV = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def moto_server() -> Iterator[str]:
-    """Start moto_server from this venv on a free loopback port; yield its URL; stop it."""
-    port = _free_port()
+    """Start moto_server from this venv on a port from tests/ports.py; yield its URL; stop it."""
+    port = reserved_port()
     server = Path(sys.executable).parent / "moto_server"
     proc = subprocess.Popen(
         [str(server), "-H", "127.0.0.1", "-p", str(port)],

@@ -1,7 +1,7 @@
 """Builds, in the background of `make test`, what later tiers would otherwise build in their
 own time: the trainer image (the image tier's build, which the lab's quick start reuses), the
 lab's node image and its saved state (a booted template every lab node is restored from).
-Lint and the unit tier use one core of two; these builds take the other.
+They run at the lowest priority beside lint and the unit tier (two workers).
 
 The image tier waits for this build (image_testbed.prefetch_lock) and judges its record as
 its own build; the lab tier waits on the lab cache's own locks (image, saved state) and

@@ -58,5 +58,9 @@ def link_collection(into: Path) -> Path:
     link = into / "ansible_collections" / COLLECTION_NAMESPACE / COLLECTION_NAME
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.is_symlink():
-        os.symlink(data_dir(), link, target_is_directory=True)
+        try:
+            os.symlink(data_dir(), link, target_is_directory=True)
+        except FileExistsError:
+            if not link.is_symlink():  # another process's link is as good as ours; else raise
+                raise
     return into

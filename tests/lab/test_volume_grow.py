@@ -114,9 +114,17 @@ def sandbox_ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, str]]:
         yield boto3.client("ec2", region_name=REGION, endpoint_url=url), url
 
 
+@pytest.mark.lab_long
 def test_end_to_end_api_then_hypervisor_then_guest(
     lab_node: LabNode, tmp_path: Path, sandbox_ec2: tuple[Any, str]
 ) -> None:
+    """The role's cloud step, then a late hypervisor grow, then its guest step on the node.
+
+    In `make test-lab-long` only (about 70 s of the CI budget): `make test` covers each part on
+    its own path (the cloud step against moto in tests/integration/volume_grow, the guest step
+    on the quick start's and the fleet's nodes) and the same chain end to end through the
+    heartbeat's growth action on the quick start's node (tests/lab/grow_story.py: ModifyVolume
+    in moto, the late QMP grow, the wait for the kernel, growpart, the online ext4 grow)."""
     ec2, endpoint = sandbox_ec2
     volume_id = make_volume(ec2, size=1)
     # What udev does on EC2 (the disk's serial is the volume id); moto's ids are random, so

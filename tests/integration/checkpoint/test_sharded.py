@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 import torch
 
-from .test_torchrun import _env, _free_port, _kill_job
+from ports import reserved_port
+
+from .test_torchrun import _env, _kill_job
 from .trainer_proc import assert_bit_exact, wait_for_count
 
 HERE = Path(__file__).parent
@@ -32,7 +34,7 @@ def _job(
     torchrun = Path(sys.executable).with_name("torchrun")
     args = [
         str(torchrun), "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend",
-        "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", str(HERE / "fsdp_proc.py"),
+        "c10d", "--rdzv-endpoint", f"127.0.0.1:{reserved_port()}", str(HERE / "fsdp_proc.py"),
         "--run-dir", str(run_dir), "--steps", str(steps), "--out", str(out),
     ]  # fmt: skip
     env = _env(run_dir.parent / "registry")

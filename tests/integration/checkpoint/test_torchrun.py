@@ -11,7 +11,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,12 @@ import pytest
 
 from nodeprep import contract
 from nodeprep.progress import progress_path, read_progress
+from ports import reserved_port
 from proctree import descendants
 
 from .trainer_proc import SMALL, assert_bit_exact, load_state, trainer_env, wait_for_count
 
 STEPS, SEED = 120, 21
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _torchrun(
@@ -50,7 +43,7 @@ def _torchrun(
         "--rdzv-backend",
         "c10d",
         "--rdzv-endpoint",
-        f"127.0.0.1:{_free_port()}",
+        f"127.0.0.1:{reserved_port()}",
         "-m",
         "nodeprep.trainer",
         "--run-dir",
@@ -231,7 +224,7 @@ def _node_agents(
 ) -> list[subprocess.Popen[bytes]]:
     """Two torchrun agents on this machine as two nodes of one job (one rank each), each
     with its own run directory: no filesystem is shared between the "nodes"."""
-    torchrun, endpoint = Path(sys.executable).with_name("torchrun"), f"127.0.0.1:{_free_port()}"
+    torchrun, endpoint = Path(sys.executable).with_name("torchrun"), f"127.0.0.1:{reserved_port()}"
     agents = []
     for node in (0, 1):
         args = [

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,19 +25,13 @@ from typing import Any
 import pytest
 
 from nodeprep import job
+from ports import reserved_port
 
 pytestmark = pytest.mark.timeout(600)
 STEPS = 1000
 PACE_S = 0.04  # the faulted job's steps: long enough to outlive the faults
 NODEPREP = str(Path(sys.executable).with_name("nodeprep"))
 HASH = re.compile(r"^done step=(\d+) state_sha256=([0-9a-f]{64})$", re.M)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Local:
@@ -61,7 +54,7 @@ class Local:
             "job_start_at_boot": False, "job_run_root": str(root / "jobs"),
             "job_user": "root" if os.geteuid() == 0 else os.environ.get("USER", "root"),
             "job_min_free_mb": 1, "job_registry_dir": str(root / "run" / "trainers"),
-            "job_tmux": str(self.tmux), "job_rdzv_port": _free_port(),
+            "job_tmux": str(self.tmux), "job_rdzv_port": reserved_port(),
             "job_env": {"GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"},
         }))  # fmt: skip
 
@@ -145,7 +138,7 @@ def test_run_kill_refuse_stop_and_resume_bit_exact(local: Local) -> None:
     # uninterrupted job of the same world size (two ranks) on its own rendezvous port.
     code, out = local.cli("run", "--name", "j", "--nproc-per-node", "2", *command(local, "j"))
     assert code == 0, out
-    port = f"job_rdzv_port={_free_port()}"
+    port = f"job_rdzv_port={reserved_port()}"
     code, out = local.cli("run", "--name", "ref", "--nproc-per-node", "2", "-e", port,
                           *command(local, "ref"))  # fmt: skip
     assert code == 0, out

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -22,15 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from nodeprep.cli import cli
+from ports import reserved_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def inventory(tmp_path: Path, node_a: str = "", node_b: str = "") -> Path:
@@ -48,7 +41,7 @@ def verify(inv: Path, tmp_path: Path, *args: str, **given: Any) -> tuple[int, st
         "job_user": "root" if os.geteuid() == 0 else os.environ.get("USER", "root"),
         "job_env": {"GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"},
         "job_rdzv_host": "127.0.0.1",
-        "interconnect_rdzv_port": _free_port(), "interconnect_iters": 5, **given,
+        "interconnect_rdzv_port": reserved_port(), "interconnect_iters": 5, **given,
     }  # fmt: skip
     variables = {name: value for name, value in variables.items() if value is not None}
     out = tmp_path / "report.json"
@@ -116,9 +109,9 @@ def test_one_node_skips_and_a_node_that_cannot_join_fails_with_the_reason(tmp_pa
 
     # Each node looks for the rendezvous on a port of its own: neither completes it.
     began = time.monotonic()
-    ports = {_free_port()}
+    ports = {reserved_port()}
     while len(ports) < 2:
-        ports.add(_free_port())
+        ports.add(reserved_port())
     apart = inventory(tmp_path, *(f"interconnect_rdzv_port={port}" for port in ports))
     code, out, report = verify(apart, tmp_path, interconnect_timeout_s=8,
                                interconnect_rdzv_port=None)  # fmt: skip
