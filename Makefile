@@ -54,12 +54,12 @@ test-lab: setup
 	@bash .ci/timed lab -- $(PYTEST) --durations=20 -m "not lab_long" tests/lab
 
 # Lab stories longer than the CI budget allows (the two-node job: about half an hour here;
-# the interconnect check between two nodes: about 14 minutes).
+# the interconnect check between two nodes: about 14 minutes; volume_grow's role end to end).
 test-lab-long: setup
 	@bash .ci/timed lab-long -- $(PYTEST) --durations=20 -m lab_long tests/lab
 
 # The trainer image and the lab image build in the background from the start (.ci/prefetch):
-# lint and the unit tier leave a core free, and the tiers that need the images wait for them.
+# niced, they take what lint and the unit tier leave; the tiers that need the images wait for them.
 test: setup
 	@bash .ci/prefetch start
 	@$(MAKE) --no-print-directory lint test-unit test-integration test-lab; rc=$$?; \

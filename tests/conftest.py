@@ -29,10 +29,10 @@ def local_inventory(tmp_path: Path) -> Path:
 # containers and reference runs are built once). The scheduler below widens a file to its
 # group: files that share state beyond their process, or that would overload two cores side by
 # side, run on one worker one after the other. (xdist's own `loadgroup` marks tests by
-# rewriting their node ids, which this pytest no longer allows.)
+# rewriting item._nodeid, which pytest 9 no longer reads: its groups are silently lost.)
 XDIST_GROUPS = {
-    # torch under torchrun: two ranks and a launcher per job; the hang and emergency bounds
-    # assume the job has the machine to itself.
+    # torch jobs (two ranks and a launcher under torchrun, or a trainer beside a heartbeat
+    # daemon): never two at once, so that their hang and emergency bounds hold.
     "torch": ("tests/integration/checkpoint/", "tests/integration/job/test_job_local.py",
               "tests/integration/verify/test_interconnect_local.py",
               "tests/integration/heartbeat/test_hb_real_trainer.py"),
@@ -56,9 +56,11 @@ def xdist_scope(nodeid: str) -> str:
     return next((name for name, paths in XDIST_GROUPS.items() if where.startswith(paths)), where)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: `-p no:xdist` still runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getvalue("dist") != "loadfile":
+    """loadfile widened by XDIST_GROUPS; a bare `-n N` (xdist's `load`) gets it too, since
+    spreading one file's tests over workers breaks files that share state between tests."""
+    if config.getvalue("dist") not in ("load", "loadfile"):
         return None
     from xdist.scheduler import LoadFileScheduling
 

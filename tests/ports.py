@@ -35,7 +35,8 @@ def reserved_port() -> int:
     """A port on 127.0.0.1, free now, that neither the kernel nor the other worker hands out."""
     start = BASE + _worker() * BLOCK
     if start + BLOCK > _ephemeral_low():
-        raise RuntimeError(f"worker block {start}-{start + BLOCK} reaches the ephemeral range")
+        # 12 workers or more, or a host whose ephemeral range starts below 22000.
+        raise RuntimeError(f"ports {start}-{start + BLOCK - 1} reach the ephemeral range")
     for _ in range(BLOCK):
         port = start + next(_counter) % BLOCK
         with socket.socket() as probe:
@@ -44,4 +45,4 @@ def reserved_port() -> int:
             except OSError:
                 continue
         return port
-    raise RuntimeError(f"no free port in {start}-{start + BLOCK}")
+    raise RuntimeError(f"no free port in {start}-{start + BLOCK - 1}")

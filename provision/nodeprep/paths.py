@@ -53,7 +53,8 @@ def link_collection(into: Path) -> Path:
 
     Ansible finds a collection only at ``PATH/ansible_collections/NAMESPACE/NAME``; the data
     directory is the collection root, so a symlink there makes the copy nodeprep carries
-    (a checkout or the wheel) the one Ansible loads. *into* is a run's private directory.
+    (a checkout or the wheel) the one Ansible loads. *into* is usually a run's private
+    directory; where it is shared (the checkout's .ansible/collections), processes may race.
     """
     link = into / "ansible_collections" / COLLECTION_NAMESPACE / COLLECTION_NAME
     link.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ports import reserved_port
+
 MODES = ("ok", "slow", "hang", "error", "refuse", "spot", "events")
 
 
@@ -98,7 +100,7 @@ class Endpoint:
     def __init__(self, slow_s: float = 0.3) -> None:
         self.slow_s = slow_s
         self.mode = "ok"
-        self.port = 0
+        self.port = reserved_port()  # kept across 'refuse': no other worker takes it meanwhile
         self.tokens: set[str] = set()
         self.token_puts = 0
         self.gets = 0
