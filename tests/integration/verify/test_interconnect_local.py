@@ -109,9 +109,7 @@ def test_one_node_skips_and_a_node_that_cannot_join_fails_with_the_reason(tmp_pa
 
     # Each node looks for the rendezvous on a port of its own: neither completes it.
     began = time.monotonic()
-    ports = {reserved_port()}
-    while len(ports) < 2:
-        ports.add(reserved_port())
+    ports = (reserved_port(), reserved_port())  # two different ports: each is handed out once
     apart = inventory(tmp_path, *(f"interconnect_rdzv_port={port}" for port in ports))
     code, out, report = verify(apart, tmp_path, interconnect_timeout_s=8,
                                interconnect_rdzv_port=None)  # fmt: skip
