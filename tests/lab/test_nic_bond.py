@@ -3,10 +3,11 @@
 The rest of the bond's story (refusal of the management NIC, check mode, converge, failover,
 idempotence, the checks with both links cut, a bad probe rolled back) runs on the quick
 start's node, after its provision: tests/lab/test_quickstart.py. The role runs under
-Ansible's own linear strategy, here and for the quick start's bad probe: under mitogen
-(`provision --fast`) the bond's activation, detached with async, once lost mitogen's
-connection ("the respondent Context has disconnected"), and once the bond had no ports
-after a bad probe's rollback.
+Ansible's own linear strategy, here and wherever a bond is activated (`provision --fast`
+runs the rollout play linear too when a selected node has a bond): under mitogen the bond's
+activation, detached with async, and the reconnect after it lost mitogen's connection ("the
+respondent Context has disconnected"), and once the bond had no ports after a bad probe's
+rollback.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ it is full, in steps, up to its maximum, then warns once (tests/lab/grow_story.p
 The torch image is the one the image tier built in this run (same path and content hash, so
 build-image skips it); provision and verify run under the mitogen strategy (`--fast`), as in
 the fleet test, to keep CI within its budget; `make demo` runs them under the linear one.
+The rollout play of a provision that includes the bond runs linear even with `--fast`
+(playbooks/provision.yml says why); the role's refusal and check mode, which activate
+nothing, run under mitogen.
 """
 
 from __future__ import annotations
@@ -194,12 +197,12 @@ def a_changed_byte_fails_the_full_data_set_check(
 def refused_and_checked_bond_changes_nothing(node: LabNode, inventory: Path) -> None:
     """ens3 carries the SSH session: refused without the opt-in; check mode changes nothing."""
     before = profiles(node)
-    refused = run_role(inventory, {"nic_bond_members": ["ens3", "ens4"]})
+    refused = run_role(inventory, {"nic_bond_members": ["ens3", "ens4"]}, fast=True)
     assert refused.result.exit_code == 1
     assert "Refusing to bond ens3 into bond0" in refused.messages
     assert "management connection" in refused.messages
     assert profiles(node) == before
-    checked = run_role(inventory, check=True)
+    checked = run_role(inventory, check=True, fast=True)
     assert checked.result.exit_code == 0, checked.messages
     assert checked.changed > 0
     assert profiles(node) == before

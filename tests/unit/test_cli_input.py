@@ -136,9 +136,34 @@ def test_good_input_builds_the_request(
         "preflight_min_free_gb": 3,
         "nodeprep_rollout_serial": [1, "10%", "100%"],
         "nodeprep_rollout_canary": "",
+        "nodeprep_rollout_bonds": False,
     }
     assert request.playbook.name == "provision.yml"
     assert request.playbook.is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "bonds"),
+    [
+        ((), True),  # node1's inventory line asks for a bond
+        (("-l", "node2"), False),  # the selected host has none
+        (("-e", '{"nic_bond_members": []}'), False),  # -e wins over the inventory
+        (("-l", "node2", "-e", '{"nic_bond_members": ["ens4"]}'), True),
+    ],
+    ids=["inventory", "limit", "e-none", "e-bond"],
+)
+def test_rollout_knows_whether_a_selected_host_has_a_bond(
+    runs: list[runner.RunRequest], tmp_path: Path, args: tuple[str, ...], bonds: bool
+) -> None:
+    """What decides that the rollout play runs under the linear strategy (provision.yml)."""
+    fleet = tmp_path / "fleet.ini"
+    fleet.write_text(
+        'node1 ansible_connection=local nic_bond_members=\'["ens4", "ens5"]\'\n'
+        "node2 ansible_connection=local\n"
+    )
+    code, out = invoke("provision", str(fleet), "--fast", *args)
+    assert code == 0, out
+    assert runs[0].extra_vars["nodeprep_rollout_bonds"] is bonds
 
 
 def test_list_hosts_runs_nothing(runs: list[runner.RunRequest], local_inventory: Path) -> None:

@@ -24,6 +24,7 @@ from nodeprep.cli.options import (
     user_ansible_config,
 )
 from nodeprep.cli.progress import ProgressView, print_recap, summary, write_json
+from nodeprep.inventory import Inventory
 
 
 @click.command()
@@ -139,7 +140,7 @@ def run_playbook(
         except rollout.RolloutInputError as exc:
             raise BadInput(str(exc)) from exc
         planned = rollout.plan_batches(ordered, rolling_plan.serial)
-        request = _with_rollout_vars(request, rolling_plan)
+        request = _with_rollout_vars(request, rolling_plan, loaded)
         request = _with_controller_wheel(request, console)
     mode = " in check mode" if request.check else ""
     console.print(
@@ -175,11 +176,20 @@ def run_playbook(
     return result.exit_code
 
 
-def _with_rollout_vars(request: runner.RunRequest, plan: RollingPlan) -> runner.RunRequest:
-    """Batching as variables of provision.yml's rolling play (-e still wins)."""
+def _with_rollout_vars(
+    request: runner.RunRequest, plan: RollingPlan, loaded: Inventory
+) -> runner.RunRequest:
+    """Batching as variables of provision.yml's rolling play (-e still wins), and whether any
+    selected host has a bond to converge (the play then runs under the linear strategy,
+    --fast or not; without this variable it assumes one has)."""
+    if "nic_bond_members" in request.extra_vars:
+        bonds = bool(request.extra_vars["nic_bond_members"])
+    else:
+        bonds = bool(loaded.bonded)
     extra: dict[str, Any] = {
         "nodeprep_rollout_serial": plan.serial,
         "nodeprep_rollout_canary": plan.canary or "",
+        "nodeprep_rollout_bonds": bonds,
     }
     return dataclasses.replace(request, extra_vars={**extra, **request.extra_vars})
 

@@ -50,6 +50,9 @@ class Inventory:
     selected: tuple[str, ...]
     # Hosts of a nodeprep lab (their inventory, from `nodeprep lab inventory`, says so).
     lab: frozenset[str] = frozenset()
+    # Selected hosts whose inventory asks for a bond (nic_bond_members set, not empty; a
+    # templated value counts as a bond, since only the play can render it).
+    bonded: frozenset[str] = frozenset()
 
 
 def load(
@@ -67,7 +70,7 @@ def load(
         text = source.read_guarded(path)
         manager, hosts = _parsed(text)
         selected = pattern.select(manager, str(path), limit) if limit is not None else hosts
-        _check_hosts(manager, selected, role_vars_given)
+        variables = _check_hosts(manager, selected, role_vars_given)
     except rolevars.RoleVarError as exc:
         raise InventoryError(f"inventory {path}, {exc}") from None
     except (source.SourceError, pattern.PatternError) as exc:
@@ -84,7 +87,9 @@ def load(
         for name in hosts
         if (host := manager.get_host(name)) is not None and LAB_MARK in host.get_vars()
     )
-    return Inventory(source=path.resolve(), hosts=hosts, groups=groups, selected=selected, lab=lab)
+    bonded = frozenset(name for name, found in variables.items() if found.get("nic_bond_members"))
+    return Inventory(source=path.resolve(), hosts=hosts, groups=groups, selected=selected, lab=lab,
+                     bonded=bonded)  # fmt: skip
 
 
 def _parsed(text: source.InventoryText) -> tuple[Any, tuple[str, ...]]:
@@ -121,11 +126,15 @@ def _parsed(text: source.InventoryText) -> tuple[Any, tuple[str, ...]]:
 
 def _check_hosts(
     manager: Any, selected: tuple[str, ...], role_vars_given: frozenset[str] | None
-) -> None:
+) -> dict[str, dict[str, Any]]:
+    """Each selected host's variables, once its name, connection values and (when asked)
+    role variables passed their checks."""
     for name in selected:
         host_checks.check_name(name)
-    for name, variables in ansible_parse.variables_of(manager, selected).items():
+    found = ansible_parse.variables_of(manager, selected)
+    for name, variables in found.items():
         host_checks.check_connection_values(name, variables)
         if role_vars_given is not None:
             mine = {k: v for k, v in variables.items() if k not in role_vars_given}
             rolevars.check(mine, f"host {name}")
+    return found
