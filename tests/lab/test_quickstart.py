@@ -4,7 +4,8 @@ what the lab inventory says of the node. Every role is applied (tmux, the bond o
 NICs, volume_grow filling out the grown data disk, the heartbeat watching the bond's peer and
 the data disk with the probes it composed itself, the sample data set staged from the
 controller, apptainer) and every check passes but the GPU's, which skip with "no NVIDIA GPU"
-(a byte then changed in a staged shard fails the full data set check, naming the shard);
+(a byte changed in a staged shard failing the full data set check, naming the shard, is
+tests/integration/data/test_dataset_role.py's: the same role and check module, on the host);
 the smoke drill SIGKILLs the trainer inside the image on the node, it resumes bit-exact, and
 checkpoint.newest verifies the checkpoints the drill kept. Around it, what the apptainer role
 must refuse: a package or an image whose sha256 is not the one given is not sent, and nothing
@@ -156,7 +157,6 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
     assert lab_node.sh("systemctl is-active nodeprep-heartbeat").strip() == "active"
 
     verify_passes_all_but_the_gpu_checks(inventory, tmp_path)
-    a_changed_byte_fails_the_full_data_set_check(lab_node, inventory, tmp_path)
 
     verify_fails_with_both_links_cut(lab_node, inventory)
     bad_probe_is_rolled_back(lab_node, inventory)
@@ -172,26 +172,6 @@ def test_chain_provisions_builds_distributes_and_verify_passes_all_but_skips(
 
     spot_notice_gets_an_emergency_checkpoint(lab_node, inventory, good, tmp_path)
     the_disk_grows_before_it_fills(lab_node, inventory, good, tmp_path)
-
-
-def a_changed_byte_fails_the_full_data_set_check(
-    node: LabNode, inventory: Path, tmp_path: Path
-) -> None:
-    """One byte of a staged shard changed on the node (same size): the full check names it."""
-    shard = f"{SAMPLE_DEST}/shards/shard-001.bin"
-    flip = (
-        "sudo python3 -c \"import sys; f=open(sys.argv[1],'r+b'); f.seek(4096); b=f.read(1); "
-        f'f.seek(4096); f.write(bytes([b[0]^255])); f.close()" {shard}'
-    )
-    node.sh(flip)
-    code, output, report = run_verify(
-        inventory, tmp_path, "dataset", "--fast", "--checks", "dataset",
-        node_vars={**SLOW_NODE_VARS, "dataset_verify_full": True},
-    )  # fmt: skip
-    node.sh(flip)  # the byte back: the node is as staged again
-    assert code == 1, output
-    detail = failures(report, "node1")["dataset.sample"]
-    assert "shards/shard-001.bin: sha256 differs" in detail, detail
 
 
 def refused_and_checked_bond_changes_nothing(node: LabNode, inventory: Path) -> None:
