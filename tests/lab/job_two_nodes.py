@@ -2,9 +2,11 @@
 segments are wired together (node.Link), the reference trainer under torchrun inside the image,
 gloo over the bond, each node keeping its own checkpoint copies.
 
-In order: run on both (the c10d rendezvous on node1's bond address); status; the login user's
-sessions ended on both nodes (the job goes on); one rank SIGKILLed (torchrun restarts the group
-on both nodes, the trainer resumes); node2, which does not host the rendezvous, power-cycled
+In order: run on both (the c10d rendezvous on node1's bond address); status, with each node's
+step read from its own log; the login user's sessions ended on both nodes (the job goes on);
+`nodeprep drill -l node2` (node2 holds neither global rank 0 nor the rendezvous): kill
+(node2's rank SIGKILLed, torchrun restarts the group on both nodes, the trainer resumes), then
+netem and link on node2's bond (nothing lost); node2 power-cycled
 (the boot unit brings its session back, the group re-forms, the trainer resumes from a
 checkpoint both nodes verify); stop (SIGTERM, an emergency save on both nodes, no unit left);
 the job run again to its end beside nothing, and an uninterrupted job of the same world size:
@@ -97,7 +99,7 @@ def resumes(text: str) -> list[int]:
 
 
 def stepped_after_resume(story: Story, nth: int) -> tuple[int, int] | None:
-    """Once the NTH resume has logged a step after it (on node1, where rank 0 logs): the step
+    """Once the NTH resume has logged a step after it (on node1, global rank 0's node): the step
     it resumed from and the steps lost (the newest step logged before it, minus that)."""
     text = story.log("node1", "duo")
     parts = re.split(r"^start step=\d+ resumed=True$", text, flags=re.M)
@@ -127,7 +129,7 @@ def story(story: Story) -> dict[str, float]:
     began = time.monotonic()
     started(story)
     outlives_logout(story)
-    restarts_after_sigkill(story)
+    drilled_on_node2(story)
     comes_back_after_a_power_cycle(story)
     stop_saves_on_both_nodes(story)
     finishes_bit_exact(story)
@@ -147,9 +149,11 @@ def started(story: Story) -> None:
         job = json.loads(story.sh(node, f"cat {RUN_ROOT}/duo/job.json"))
         assert job["env"]["GLOO_SOCKET_IFNAME"] == "bond0", job["env"]
         assert "--rdzv-endpoint 10.77.0.15:29400" in " ".join(job["command"]), job["command"]
+    story.wait("node2's own log to show steps", lambda: steps(story.log("node2", "duo")))
     code, seen = story.status("duo")
     assert code == 0, seen
     assert {seen[n]["state"] for n in NODES} == {"running"}, seen
+    assert all(isinstance(seen[n]["step"], int) for n in NODES), seen
 
 
 def outlives_logout(story: Story) -> None:
@@ -162,14 +166,33 @@ def outlives_logout(story: Story) -> None:
     story.wait("steps after logout", lambda: max(steps(story.log("node1", "duo"))) >= before + 5)
 
 
-def restarts_after_sigkill(story: Story) -> None:
-    """node2's rank SIGKILLed: torchrun restarts the group on both nodes; it resumes."""
+def drilled_on_node2(story: Story) -> None:
+    """`nodeprep drill -l node2`, read from node2's own log: kill (its rank SIGKILLed; torchrun
+    restarts the group on both nodes, which resumes within the checkpoint interval), then
+    netem and link on node2's bond (no step lost, no restart; the bond fails over)."""
     pid = trainer_pid(story, "node2")
-    killed = time.monotonic()
-    story.sh("node2", f"sudo kill -KILL {pid}")
-    _, lost = story.wait("the resume after SIGKILL", lambda: stepped_after_resume(story, 1))
-    story.figures["sigkill_to_next_step_s"] = time.monotonic() - killed
-    story.figures["sigkill_steps_lost"] = lost
+    report = story.workdir / "drill-node2.json"
+    code, out = story.cli("drill", "duo", PACED, "--faults", "kill,netem,link", "-l", "node2",
+                          "--duration", "5", "--json", str(report))  # fmt: skip
+    assert code == 0, out
+    drills = {d["fault"]: d for d in json.loads(report.read_text())["drills"]}
+    assert sorted(drills) == ["kill", "link", "netem"], drills
+    for fault, found in drills.items():
+        assert found["passed"], (fault, found)
+        assert found["restored"], (fault, found)
+        assert found["host"] == "node2", (fault, found)
+    kill = drills["kill"]
+    assert kill["detected_by"] == "torchrun", kill
+    assert "SIGKILL to rank pid " in kill["detail"], kill
+    assert kill["steps_lost"] <= kill["steps_lost_limit"] == TRAINER["job_trainer_checkpoint_every"]
+    assert drills["netem"]["steps_lost"] == drills["link"]["steps_lost"] == 0, drills
+    assert drills["link"]["detected_by"] == "bond", drills["link"]
+    # The group restarted on node1 too: its log (global rank 0) resumed once.
+    story.wait("node1's resume after the kill", lambda: stepped_after_resume(story, 1))
+    assert trainer_pid(story, "node2") != pid  # node2's rank is a new process
+    story.figures["sigkill_to_next_step_s"] = kill["next_step_s"]
+    story.figures["sigkill_steps_lost"] = kill["steps_lost"]
+    story.figures["link_failover_s"] = drills["link"]["detect_s"]
 
 
 def comes_back_after_a_power_cycle(story: Story) -> None:

@@ -273,7 +273,11 @@ class Trainer:
         return True, must_exit
 
     def _say(self, text: str) -> None:
-        if dist_util.rank() == 0:
+        # Each node's local rank 0 speaks, so every node's log (train.log under `nodeprep run`)
+        # shows the job's steps: `status` and `drill` read the node they are on, whichever
+        # node holds global rank 0. The ranks step together and the state digest is gathered,
+        # so the nodes' lines agree but for loss= (each rank's own batch) and t=.
+        if dist_util.local_rank() == 0:
             print(text, file=self.out, flush=True)
 
 

@@ -250,7 +250,8 @@ def test_two_nodes_without_a_shared_filesystem_resume_from_a_checkpoint_both_ver
 ) -> None:
     """--checkpoint-copies node: each node's local rank 0 keeps its own copy. The job is
     killed; node1 loses the newest checkpoint both nodes had; the restarted job resumes on
-    both nodes from the newest checkpoint both still have, each from its own disk, bit-exact."""
+    both nodes from the newest checkpoint both still have, each from its own disk, bit-exact.
+    Each node's log says so: its start line, its steps and the job's one state digest."""
     env = _env(tmp_path / "registry")
     out, log = tmp_path / "out.pt", tmp_path / "run.log"
     agents = _node_agents(tmp_path, out, env, log)
@@ -272,7 +273,14 @@ def test_two_nodes_without_a_shared_filesystem_resume_from_a_checkpoint_both_ver
     agents = _node_agents(tmp_path, out, env, log)
     for node, agent in enumerate(agents):
         assert agent.wait(timeout=300) == 0, log.with_name(f"run.log.node{node}").read_text()
-    text = log.with_name("run.log.node0").read_text()
-    resumed = re.findall(r"^start step=(\d+) resumed=True", text, re.M)
-    assert resumed == [str(int(common.split("-")[1]))], (resumed, common, lost.name)
+    said = {}
+    for node in (0, 1):  # each node's local rank 0 logs: the second node's log tells the same
+        text = log.with_name(f"run.log.node{node}").read_text()
+        resumed = re.findall(r"^start step=(\d+) resumed=True", text, re.M)
+        assert resumed == [str(int(common.split("-")[1]))], (node, resumed, common, lost.name)
+        steps = [int(s) for s in re.findall(r"^step (\d+) loss=", text, re.M)]
+        assert steps[-1:] == [STEPS], (node, steps[-5:])
+        said[node] = re.findall(r"^done step=(\d+) state_sha256=(\w+)$", text, re.M)
+    assert len(said[0]) == 1, said
+    assert said[0] == said[1], said
     _assert_bit_exact_per_rank(reference, out)
