@@ -429,9 +429,12 @@ def _kill_moment(job: Job, timeout_s: float) -> None:
     """Wait for the moment to kill: a random step in the first half of an interval whose
     checkpoint is committed. Before the first checkpoint a kill would cost the whole run and
     prove no resume; while the next one is being written it would cost more than the
-    interval."""
+    interval. Where the interval allows, at least two steps after this node's commit: in a
+    job whose nodes each keep their own copy, the other nodes' writers commit the same step
+    on their own, and the job resumes from the newest step every node holds."""
     deadline = time.time() + timeout_s
-    offset = random.randint(1, max(1, job.interval // 2))
+    latest = max(1, job.interval // 2)
+    offset = random.randint(min(2, latest), latest)
     while time.time() < deadline:
         committed, now = job.committed(), last_step(job.log, 16384)
         half = committed + max(2, job.interval // 2 + 1) if committed is not None else 0

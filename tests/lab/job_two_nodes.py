@@ -4,9 +4,9 @@ gloo over the bond, each node keeping its own checkpoint copies.
 
 In order: run on both (the c10d rendezvous on node1's bond address); status, with each node's
 step read from its own log; the login user's sessions ended on both nodes (the job goes on);
-`nodeprep drill -l node2` (node2 holds neither global rank 0 nor the rendezvous): kill
-(node2's rank SIGKILLed, torchrun restarts the group on both nodes, the trainer resumes), then
-netem and link on node2's bond (nothing lost); node2 power-cycled
+`nodeprep drill -l node2` (node2 holds neither global rank 0 nor the rendezvous) read from
+node2's own log: kill (node2's rank SIGKILLed, torchrun restarts the group on both nodes, the
+trainer resumes), then netem on node2's bond (nothing lost); node2 power-cycled
 (the boot unit brings its session back, the group re-forms, the trainer resumes from a
 checkpoint both nodes verify); stop (SIGTERM, an emergency save on both nodes, no unit left);
 the job run again to its end beside nothing, and an uninterrupted job of the same world size:
@@ -51,14 +51,14 @@ class Story:
         self.workdir, self.transcript = workdir, transcript
         self.figures: dict[str, float] = {}
 
-    def cli(self, command: str, name: str, variables: dict[str, Any], *args: str
-            ) -> tuple[int, str]:  # fmt: skip
+    def cli(self, command: str, name: str, variables: dict[str, Any], *args: str,
+            timeout: float = 900) -> tuple[int, str]:  # fmt: skip
         varfile = self.workdir / f"job-{name}-{command}.json"
         varfile.write_text(json.dumps(variables))
         done = subprocess.run(
             [str(Path(sys.executable).with_name("nodeprep")), command, str(self.inventory),
              "--name", name, "--fast", "-e", f"@{varfile}", *args],
-            capture_output=True, text=True, env=self.env, timeout=900, check=False,
+            capture_output=True, text=True, env=self.env, timeout=timeout, check=False,
         )  # fmt: skip
         output = done.stdout + done.stderr
         said = f"$ nodeprep {command} INVENTORY --name {name} {' '.join(args)}\n{output}"
@@ -99,7 +99,7 @@ def resumes(text: str) -> list[int]:
 
 
 def stepped_after_resume(story: Story, nth: int) -> tuple[int, int] | None:
-    """Once the NTH resume has logged a step after it (on node1, global rank 0's node): the step
+    """Once the NTH resume has logged a step after it (in node1's log): the step
     it resumed from and the steps lost (the newest step logged before it, minus that)."""
     text = story.log("node1", "duo")
     parts = re.split(r"^start step=\d+ resumed=True$", text, flags=re.M)
@@ -110,7 +110,7 @@ def stepped_after_resume(story: Story, nth: int) -> tuple[int, int] | None:
 
 
 def finished(story: Story, name: str) -> tuple[str, str] | None:
-    """(step, state sha256) once job NAME's rank 0 logged that it is done."""
+    """(step, state sha256) once job NAME's log on node1 says that it is done."""
     done = re.findall(r"^done step=(\d+) state_sha256=(\w+)$", story.log("node1", name), re.M)
     return done[-1] if done else None
 
@@ -169,14 +169,20 @@ def outlives_logout(story: Story) -> None:
 def drilled_on_node2(story: Story) -> None:
     """`nodeprep drill -l node2`, read from node2's own log: kill (its rank SIGKILLed; torchrun
     restarts the group on both nodes, which resumes within the checkpoint interval), then
-    netem and link on node2's bond (no step lost, no restart; the bond fails over)."""
+    netem on node2's bond (no step lost, no restart).
+
+    Not link: the lab wires each bond NIC to its own segment (ens4 to ens4, ens5 to ens5,
+    two switches with no link between them), so node2 failing over alone would leave the
+    nodes on different segments; the quick start's node drills link and blackhole."""
     pid = trainer_pid(story, "node2")
     report = story.workdir / "drill-node2.json"
-    code, out = story.cli("drill", "duo", PACED, "--faults", "kill,netem,link", "-l", "node2",
-                          "--duration", "5", "--json", str(report))  # fmt: skip
+    # A restart of both nodes' torch under emulation takes minutes: the drill waits 15.
+    code, out = story.cli("drill", "duo", {**PACED, "job_drill_timeout_s": 900}, "--faults",
+                          "kill,netem", "-l", "node2", "--duration", "5", "--json", str(report),
+                          timeout=2400)  # fmt: skip
     assert code == 0, out
     drills = {d["fault"]: d for d in json.loads(report.read_text())["drills"]}
-    assert sorted(drills) == ["kill", "link", "netem"], drills
+    assert sorted(drills) == ["kill", "netem"], drills
     for fault, found in drills.items():
         assert found["passed"], (fault, found)
         assert found["restored"], (fault, found)
@@ -185,14 +191,12 @@ def drilled_on_node2(story: Story) -> None:
     assert kill["detected_by"] == "torchrun", kill
     assert "SIGKILL to rank pid " in kill["detail"], kill
     assert kill["steps_lost"] <= kill["steps_lost_limit"] == TRAINER["job_trainer_checkpoint_every"]
-    assert drills["netem"]["steps_lost"] == drills["link"]["steps_lost"] == 0, drills
-    assert drills["link"]["detected_by"] == "bond", drills["link"]
+    assert drills["netem"]["steps_lost"] == 0, drills
     # The group restarted on node1 too: its log (global rank 0) resumed once.
     story.wait("node1's resume after the kill", lambda: stepped_after_resume(story, 1))
     assert trainer_pid(story, "node2") != pid  # node2's rank is a new process
     story.figures["sigkill_to_next_step_s"] = kill["next_step_s"]
     story.figures["sigkill_steps_lost"] = kill["steps_lost"]
-    story.figures["link_failover_s"] = drills["link"]["detect_s"]
 
 
 def comes_back_after_a_power_cycle(story: Story) -> None:

@@ -1,6 +1,7 @@
 """The two-node job story on the lab (tests/lab/job_two_nodes.py), on two fresh nodes: tmux,
 the bond on both (their segments wired together) and apptainer with the trainer image, then
-run / status / logout / SIGKILL / a power cycle of node2 / stop / the bit-exact finish.
+run / status / logout / drill kill and netem on node2 / a power cycle of node2 / stop / the
+bit-exact finish.
 
 Marked ``lab_long``: on 2 cores under TCG it takes about half an hour (every torch start on
 the emulated nodes takes minutes), more than the CI budget leaves, so `make test` leaves it

@@ -114,7 +114,7 @@ class Checkpointer:
 
     def _writes_here(self) -> bool:
         """Whether this rank writes checkpoints: rank 0, or each node's local rank 0."""
-        return (dist_util.local_rank() if self.copies == "node" else dist_util.rank()) == 0
+        return dist_util.speaks_for_node(self.copies)
 
     def _sweep(self) -> None:
         """Remove what crashed writers left, before this run's first save."""

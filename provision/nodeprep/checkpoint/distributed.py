@@ -23,6 +23,13 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0")) if active() else 0
 
 
+def speaks_for_node(copies: str) -> bool:
+    """Whether this rank writes the checkpoints (and the trainer's log lines) for where it
+    runs: each node's local rank 0 when every node keeps its own copy (``copies="node"``),
+    else rank 0 (one copy, and one log, on a filesystem every node shares)."""
+    return (local_rank() if copies == "node" else rank()) == 0
+
+
 def world_size() -> int:
     return dist.get_world_size() if active() else 1
 

@@ -273,11 +273,13 @@ class Trainer:
         return True, must_exit
 
     def _say(self, text: str) -> None:
-        # Each node's local rank 0 speaks, so every node's log (train.log under `nodeprep run`)
-        # shows the job's steps: `status` and `drill` read the node they are on, whichever
-        # node holds global rank 0. The ranks step together and the state digest is gathered,
-        # so the nodes' lines agree but for loss= (each rank's own batch) and t=.
-        if dist_util.local_rank() == 0:
+        # The rank that writes this node's checkpoints speaks: with a copy per node (what
+        # `nodeprep run` sets up) each node's local rank 0, so every node's own train.log
+        # shows the job's steps and `status` and `drill` read any node, not only the one
+        # holding global rank 0; with one shared copy (and so one shared log) rank 0 alone.
+        # The ranks step together and the state digest is gathered, so the nodes' lines agree
+        # but for loss= (each rank's own batch) and t=.
+        if dist_util.speaks_for_node(self.config.checkpoint_copies):
             print(text, file=self.out, flush=True)
 
 
