@@ -6,7 +6,9 @@ In order: run on both (the c10d rendezvous on node1's bond address); status, wit
 step read from its own log; the login user's sessions ended on both nodes (the job goes on);
 `nodeprep drill -l node2` (node2 holds neither global rank 0 nor the rendezvous) read from
 node2's own log: kill (node2's rank SIGKILLed, torchrun restarts the group on both nodes, the
-trainer resumes), then netem on node2's bond (nothing lost); node2 power-cycled
+trainer resumes), then netem and link on node2's bond (nothing lost; for link, node2's bond
+fails over alone and the segment peer's link carries the job between the segments); node2
+power-cycled
 (the boot unit brings its session back, the group re-forms, the trainer resumes from a
 checkpoint both nodes verify); stop (SIGTERM, an emergency save on both nodes, no unit left);
 the job run again to its end beside nothing, and an uninterrupted job of the same world size:
@@ -169,20 +171,18 @@ def outlives_logout(story: Story) -> None:
 def drilled_on_node2(story: Story) -> None:
     """`nodeprep drill -l node2`, read from node2's own log: kill (its rank SIGKILLed; torchrun
     restarts the group on both nodes, which resumes within the checkpoint interval), then
-    netem on node2's bond (no step lost, no restart).
-
-    Not link: the lab wires each bond NIC to its own segment (ens4 to ens4, ens5 to ens5,
-    two switches with no link between them), so node2 failing over alone would leave the
-    nodes on different segments; the quick start's node drills link and blackhole."""
+    netem and link on node2's bond (no step lost, no restart). For link, node2 fails over
+    alone to its other NIC's segment: the job's traffic crosses the segment peer's link, as
+    between the two switches of the bond's members."""
     pid = trainer_pid(story, "node2")
     report = story.workdir / "drill-node2.json"
     # A restart of both nodes' torch under emulation takes minutes: the drill waits 15.
-    code, out = story.cli("drill", "duo", {**PACED, "job_drill_timeout_s": 900}, "--faults",
-                          "kill,netem", "-l", "node2", "--duration", "5", "--json", str(report),
-                          timeout=2400)  # fmt: skip
+    code, out = story.cli("drill", "duo", {**PACED, "job_drill_timeout_s": 900},
+                          "--faults", "kill,netem,link", "-l", "node2", "--duration", "5",
+                          "--json", str(report), timeout=2400)  # fmt: skip
     assert code == 0, out
     drills = {d["fault"]: d for d in json.loads(report.read_text())["drills"]}
-    assert sorted(drills) == ["kill", "netem"], drills
+    assert sorted(drills) == ["kill", "link", "netem"], drills
     for fault, found in drills.items():
         assert found["passed"], (fault, found)
         assert found["restored"], (fault, found)
@@ -191,12 +191,14 @@ def drilled_on_node2(story: Story) -> None:
     assert kill["detected_by"] == "torchrun", kill
     assert "SIGKILL to rank pid " in kill["detail"], kill
     assert kill["steps_lost"] <= kill["steps_lost_limit"] == TRAINER["job_trainer_checkpoint_every"]
-    assert drills["netem"]["steps_lost"] == 0, drills
+    assert drills["netem"]["steps_lost"] == drills["link"]["steps_lost"] == 0, drills
+    assert drills["link"]["detected_by"] == "bond", drills["link"]
     # The group restarted on node1 too: its log (global rank 0) resumed once.
     story.wait("node1's resume after the kill", lambda: stepped_after_resume(story, 1))
     assert trainer_pid(story, "node2") != pid  # node2's rank is a new process
     story.figures["sigkill_to_next_step_s"] = kill["next_step_s"]
     story.figures["sigkill_steps_lost"] = kill["steps_lost"]
+    story.figures["link_failover_s"] = drills["link"]["detect_s"]
 
 
 def comes_back_after_a_power_cycle(story: Story) -> None:

@@ -1,8 +1,9 @@
 """A small fleet on lab VMs: the rolling provision stops at a failing canary, then rolls;
 verify then proves both nodes, and names exactly what was broken on one of them. Repaired,
 each node gets a bond on the lab's wired segments, and the two reach each other through
-them: the network a two-node job uses (its whole story is tests/lab/test_job_two_nodes.py,
-outside `make test`, where the nic_bond role makes both bonds). Here NetworkManager makes
+them, also once one of them failed over alone: the network a two-node job uses (its whole
+story is tests/lab/test_job_two_nodes.py, outside `make test`, where the nic_bond role makes
+both bonds). Here NetworkManager makes
 them straight from nmcli: the role's converge is the quick start's story, and a provision
 with a bond runs its rollout play under the linear strategy, which on two emulated nodes
 took this test from 362 to 510 s in a full run.
@@ -157,6 +158,29 @@ def bond_network_spans_both_nodes(fleet: LabState, tmp_path: Path, inventory: Pa
     assert seen.strip() == "10.77.0.16", seen
     for name, other in (("node1", "10.77.0.16"), ("node2", "10.77.0.15")):
         sh(fleet, name, f"ping -c 2 -W 5 -I bond0 {other} && ping -c 2 -W 5 -I bond0 10.77.0.2")
+    one_node_failing_over_alone_still_reaches_the_other(fleet)
+
+
+ACTIVE = "sed -n 's/^Currently Active Slave: //p' /proc/net/bonding/bond0"
+
+
+def one_node_failing_over_alone_still_reaches_the_other(fleet: LabState) -> None:
+    """node2's active member down: node2 fails over to its other NIC's segment while node1
+    stays on the first. The segment peer joins the two segments, as the two switches of a
+    bond's members are joined, so the nodes still reach each other (without it, node2's
+    frames reached only node1's backup member, which drops them)."""
+    was = sh(fleet, "node2", ACTIVE).strip()
+    assert was in ("ens4", "ens5"), was
+    other = "ens5" if was == "ens4" else "ens4"
+    sh(fleet, "node2", f"sudo ip link set {was} down")
+    try:
+        sh(fleet, "node2", f"for i in $(seq 50); do [ \"$({ACTIVE})\" = {other} ] && exit 0; "
+           "sleep 0.2; done; exit 1")  # fmt: skip
+        assert sh(fleet, "node1", ACTIVE).strip() == was  # the two nodes on different segments
+        sh(fleet, "node2", "ping -c 3 -W 5 -I bond0 10.77.0.15")
+        sh(fleet, "node1", "ping -c 3 -W 5 -I bond0 10.77.0.16")
+    finally:
+        sh(fleet, "node2", f"sudo ip link set {was} up")
 
 
 def _vars(tmp_path: Path, volumes: str) -> Path:

@@ -1,6 +1,6 @@
 """The two-node job story on the lab (tests/lab/job_two_nodes.py), on two fresh nodes: tmux,
 the bond on both (their segments wired together) and apptainer with the trainer image, then
-run / status / logout / drill kill and netem on node2 / a power cycle of node2 / stop / the
+run / status / logout / drill kill, netem and link on node2 / a power cycle of node2 / stop / the
 bit-exact finish.
 
 Marked ``lab_long``: on 2 cores under TCG it takes about half an hour (every torch start on

@@ -5,9 +5,16 @@ On a one-node lab the gateway is the bond NIC's own slirp. Once nodes share the 
 with ``restrict=on`` it answers a TCP SYN between two nodes with a reset (seen: the second
 node's connection to the rendezvous store refused; two slirps on one segment answered each
 other without end). This process takes slirp's place as the peer that the bond's probe and
-the heartbeat ping: it answers ARP requests for BOND_PEER and ICMP echo requests to it, and
-ignores every other frame. It speaks qemu's ``-netdev dgram`` wire (one Ethernet frame per
-UDP datagram) on 127.0.0.1 only, one socket per segment.
+the heartbeat ping: it answers ARP requests for BOND_PEER and ICMP echo requests to it.
+
+It is also the link between the segments (b0's and b1's), as between the two switches that
+a bond's members are plugged into: a frame it does not answer goes on to the other segment,
+so a node that failed over alone (its ens5 active, the others' ens4) still reaches the
+others. The nodes' bond MACs are all the same (they come from one saved state), so the link
+learns where each node is by IPv4 address, not MAC: an IPv4 frame stays on its segment when
+its destination was last heard from there; broadcasts, ARP and frames to an address not yet
+heard go on. It speaks qemu's ``-netdev dgram`` wire (one Ethernet frame per UDP datagram)
+on 127.0.0.1 only, one socket per segment.
 
     python -m nodeprep.lab.peer LOCAL_PORT:REMOTE_PORT [LOCAL_PORT:REMOTE_PORT ...]
 """
@@ -78,20 +85,61 @@ def _echo_reply(frame: bytes, peer_ip: bytes) -> bytes | None:
     return frame[6:12] + PEER_MAC + struct.pack("!H", ETH_IPV4) + bytes(header) + icmp
 
 
+def _ipv4_ends(frame: bytes) -> tuple[bytes, bytes] | None:
+    """(sender, target) IPv4 address of an IPv4 or ARP frame, else None."""
+    ethertype = struct.unpack("!H", frame[12:14])[0] if len(frame) >= 14 else None
+    if ethertype == ETH_IPV4 and len(frame) >= 34:
+        return frame[26:30], frame[30:34]
+    if ethertype == ETH_ARP and len(frame) >= 42:
+        return frame[28:32], frame[38:42]
+    return None
+
+
+class Link:
+    """Where a frame that came in on one segment goes on to: the other segments, unless it is
+    an IPv4 frame whose destination was last heard on the segment it came from."""
+
+    def __init__(self, segments: int) -> None:
+        self.segments = segments
+        self.heard: dict[bytes, int] = {}  # IPv4 address -> segment it last spoke on
+
+    def onward(self, segment: int, frame: bytes) -> list[int]:
+        ends = _ipv4_ends(frame)
+        if ends is not None and ends[0] != b"\0\0\0\0":
+            self.heard[ends[0]] = segment
+        is_ipv4 = len(frame) >= 14 and frame[12:14] == struct.pack("!H", ETH_IPV4)
+        if ends is not None and is_ipv4 and not frame[0] & 1:
+            where = self.heard.get(ends[1])
+            if where == segment:
+                return []
+            if where is not None:
+                return [where]
+        return [other for other in range(self.segments) if other != segment]
+
+
 def serve(pairs: list[tuple[int, int]], peer: str = BOND_PEER) -> None:
-    """Answer on every (local, remote) UDP port pair until killed."""
+    """Answer, and link the segments, on every (local, remote) UDP port pair until killed."""
     peer_ip = socket.inet_aton(peer)
     selector = selectors.DefaultSelector()
-    for local, remote in pairs:
+    wires = []
+    for index, (local, remote) in enumerate(pairs):
         wire = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         wire.bind(("127.0.0.1", local))
-        selector.register(wire, selectors.EVENT_READ, (wire, ("127.0.0.1", remote)))
+        wires.append((wire, ("127.0.0.1", remote)))
+        selector.register(wire, selectors.EVENT_READ, index)
+    link = Link(len(wires))
     while True:
         for key, _ in selector.select():
-            ready, remote_end = key.data
-            reply = answer(ready.recv(65536), peer_ip)
+            ready, remote_end = wires[key.data]
+            frame = ready.recv(65536)
+            onward = link.onward(key.data, frame)
+            reply = answer(frame, peer_ip)
             if reply is not None:
                 ready.sendto(reply, remote_end)
+                continue
+            for other in onward:
+                wire, end = wires[other]
+                wire.sendto(frame, end)
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,5 @@
-"""The segment peer of a wired lab answers ARP and ping for the gateway, and nothing else."""
+"""The segment peer of a wired lab answers ARP and ping for the gateway, and nothing else;
+it also links the two bond segments, as two switches are joined."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import struct
 import subprocess
 import sys
 import time
+
+import pytest
 
 from nodeprep.lab import peer
 from nodeprep.lab.lifecycle import free_udp_ports, stop_peer
@@ -87,3 +90,80 @@ def test_the_process_answers_on_its_wire_and_ends_by_pid() -> None:
         assert stop_peer(proc.pid)
         proc.wait(timeout=5)
     assert not stop_peer(proc.pid)
+
+
+NODE1, NODE2 = socket.inet_aton("10.77.0.15"), socket.inet_aton("10.77.0.16")
+BOND_MAC = bytes.fromhex("525400123456")  # every node's bond has it (one saved state)
+
+
+def ipv4(src: bytes, dst: bytes, mac: bytes = BOND_MAC) -> bytes:
+    header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, 1, 0x4000, 64, 6, 0, src, dst)
+    return mac + BOND_MAC + struct.pack("!H", 0x0800) + header + b"\0" * 20
+
+
+def gratuitous_arp(sender: bytes) -> bytes:
+    body = bytes.fromhex("000108000604") + struct.pack("!H", 1) + BOND_MAC + sender
+    body += b"\0" * 6 + sender
+    return b"\xff" * 6 + BOND_MAC + struct.pack("!H", 0x0806) + body + b"\0" * 18
+
+
+def test_the_link_keeps_a_frame_on_its_segment_once_its_target_was_heard_there() -> None:
+    link = peer.Link(2)
+    # Before either node was heard, a frame goes on (the target may be on the other side).
+    assert link.onward(0, ipv4(NODE1, NODE2)) == [1]
+    assert link.onward(0, ipv4(NODE2, NODE1)) == []  # node1 was heard on segment 0
+    assert link.onward(0, ipv4(NODE1, NODE2)) == []  # and now node2 too: both on ens4
+    assert link.onward(0, b"\xff" * 6 + BOND_MAC + struct.pack("!H", 0x0800) + b"\0" * 40) == [1]
+    assert link.onward(1, gratuitous_arp(NODE2)) == [0]  # ARP goes on, and is heard
+
+
+def test_a_node_that_failed_over_alone_is_reached_on_its_new_segment() -> None:
+    """node2 fails over to ens5 (segment 1) and says so with a gratuitous ARP; node1 stays on
+    ens4 (segment 0): each one's frames cross the link to the other's segment."""
+    link = peer.Link(2)
+    link.onward(0, ipv4(NODE1, NODE2))
+    link.onward(0, ipv4(NODE2, NODE1))
+    assert link.onward(1, gratuitous_arp(NODE2)) == [0]
+    assert link.onward(0, ipv4(NODE1, NODE2)) == [1]
+    assert link.onward(1, ipv4(NODE2, NODE1)) == [0]
+    # Frames that are not IPv4 or ARP (IPv6, LLDP) go on as a switch floods them.
+    assert link.onward(0, BOND_MAC + BOND_MAC + struct.pack("!H", 0x86DD) + b"\0" * 40) == [1]
+
+
+def test_the_process_links_its_wires_and_answers_without_passing_on_the_answered() -> None:
+    """Two wires (the two segments): a frame between the nodes sent on one comes out of the
+    other; an ARP request for the gateway is answered on its own wire."""
+    ports = free_udp_ports(4)
+    mine, its = ports[:2], ports[2:]
+    proc = subprocess.Popen([sys.executable, "-m", peer.PROGRAM,
+                             f"{its[0]}:{mine[0]}", f"{its[1]}:{mine[1]}"])  # fmt: skip
+    wires = []
+    try:
+        for port in mine:
+            wire = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            wire.bind(("127.0.0.1", port))
+            wire.settimeout(1.0)
+            wires.append(wire)
+        frame = ipv4(NODE1, NODE2)
+        passed = None
+        for _ in range(50):  # until the process has bound its ports
+            wires[0].sendto(frame, ("127.0.0.1", its[0]))
+            try:
+                passed = wires[1].recv(2048)
+                break
+            except TimeoutError:
+                time.sleep(0.1)
+        assert passed == frame
+        wires[1].sendto(arp_request(PEER_IP), ("127.0.0.1", its[1]))
+        reply = wires[1].recv(2048)
+        while reply == frame:  # a copy of a frame sent again while the process started
+            reply = wires[1].recv(2048)
+        assert reply[22:28] == peer.PEER_MAC
+        wires[0].settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            wires[0].recv(2048)  # the answered request did not cross
+    finally:
+        for wire in wires:
+            wire.close()
+        assert stop_peer(proc.pid)
+        proc.wait(timeout=5)
