@@ -173,7 +173,8 @@ def drilled_on_node2(story: Story) -> None:
     restarts the group on both nodes, which resumes within the checkpoint interval), then
     netem and link on node2's bond (no step lost, no restart). For link, node2 fails over
     alone to its other NIC's segment: the job's traffic crosses the segment peer's link, as
-    between the two switches of the bond's members."""
+    between the two switches of the bond's members. The bond has no primary to go back to,
+    so it does so until node2's power cycle."""
     pid = trainer_pid(story, "node2")
     report = story.workdir / "drill-node2.json"
     # A restart of both nodes' torch under emulation takes minutes: the drill waits 15.

@@ -14,6 +14,7 @@ kernel and data disk, so "untouched" is checked on the node itself (its partitio
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from pathlib import Path
@@ -169,18 +170,28 @@ def one_node_failing_over_alone_still_reaches_the_other(fleet: LabState) -> None
     stays on the first. The segment peer joins the two segments, as the two switches of a
     bond's members are joined, so the nodes still reach each other (without it, node2's
     frames reached only node1's backup member, which drops them)."""
-    was = sh(fleet, "node2", ACTIVE).strip()
-    assert was in ("ens4", "ens5"), was
-    other = "ens5" if was == "ens4" else "ens4"
-    sh(fleet, "node2", f"sudo ip link set {was} down")
+    was = {name: sh(fleet, name, ACTIVE).strip() for name in NODES}
+    assert was["node1"] == was["node2"] in ("ens4", "ens5"), f"active members before: {was}"
+    down = was["node2"]
+    other = "ens5" if down == "ens4" else "ens4"
+    sh(fleet, "node2", f"sudo ip link set {down} down")
     try:
         sh(fleet, "node2", f"for i in $(seq 50); do [ \"$({ACTIVE})\" = {other} ] && exit 0; "
            "sleep 0.2; done; exit 1")  # fmt: skip
-        assert sh(fleet, "node1", ACTIVE).strip() == was  # the two nodes on different segments
+        now = {name: sh(fleet, name, ACTIVE).strip() for name in NODES}
+        assert now == {"node1": down, "node2": other}, f"not on different segments: {now}"
         sh(fleet, "node2", "ping -c 3 -W 5 -I bond0 10.77.0.15")
         sh(fleet, "node1", "ping -c 3 -W 5 -I bond0 10.77.0.16")
     finally:
-        sh(fleet, "node2", f"sudo ip link set {was} up")
+        # As it was: the member up and active again (the bond has no primary to go back to
+        # by itself). A failure here must not hide the one that brought us here.
+        bonding = "/proc/net/bonding/bond0"
+        up = f"grep -A1 'Slave Interface: {down}' {bonding} | grep -q 'MII Status: up'"
+        with contextlib.suppress(AssertionError):
+            sh(fleet, "node2", f"sudo ip link set {down} up; for i in $(seq 50); do {up} && "
+               "break; sleep 0.2; done; "
+               f"sudo ip link set bond0 type bond active_slave {down}")  # fmt: skip
+    assert sh(fleet, "node2", ACTIVE).strip() == down
 
 
 def _vars(tmp_path: Path, volumes: str) -> Path:

@@ -25,6 +25,8 @@ import selectors
 import socket
 import struct
 import sys
+import time
+from collections.abc import Callable
 
 from nodeprep.lab.node import BOND_PEER
 
@@ -97,23 +99,26 @@ def _ipv4_ends(frame: bytes) -> tuple[bytes, bytes] | None:
 
 class Link:
     """Where a frame that came in on one segment goes on to: the other segments, unless it is
-    an IPv4 frame whose destination was last heard on the segment it came from."""
+    an IPv4 frame whose destination was heard on the segment it came from within the last
+    FRESH_S seconds. An older entry counts as unknown (the frame goes on), so a node that
+    moved without a word (a reset, or one that only listens) is found again at once."""
 
-    def __init__(self, segments: int) -> None:
-        self.segments = segments
-        self.heard: dict[bytes, int] = {}  # IPv4 address -> segment it last spoke on
+    FRESH_S = 5.0
+
+    def __init__(self, segments: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.segments, self.clock = segments, clock
+        self.heard: dict[bytes, tuple[int, float]] = {}  # IPv4 address -> (segment, when)
 
     def onward(self, segment: int, frame: bytes) -> list[int]:
+        now = self.clock()
         ends = _ipv4_ends(frame)
         if ends is not None and ends[0] != b"\0\0\0\0":
-            self.heard[ends[0]] = segment
+            self.heard[ends[0]] = (segment, now)
         is_ipv4 = len(frame) >= 14 and frame[12:14] == struct.pack("!H", ETH_IPV4)
         if ends is not None and is_ipv4 and not frame[0] & 1:
-            where = self.heard.get(ends[1])
-            if where == segment:
-                return []
-            if where is not None:
-                return [where]
+            where, when = self.heard.get(ends[1], (None, 0.0))
+            if where is not None and now - when <= self.FRESH_S:
+                return [] if where == segment else [where]
         return [other for other in range(self.segments) if other != segment]
 
 

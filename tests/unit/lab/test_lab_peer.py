@@ -60,7 +60,8 @@ def test_ping_to_the_gateway_is_echoed_with_valid_checksums() -> None:
 
 def test_everything_else_is_ignored() -> None:
     """Frames between nodes (a TCP SYN, a ping to another node) get no answer: this is what
-    slirp did wrong on a shared segment."""
+    slirp did wrong on a shared segment. (Whether they cross to the other segment is the
+    link's business, below.)"""
     assert peer.answer(ping(GUEST_IP), PEER_IP) is None
     assert peer.answer(ping(PEER_IP, mac=GUEST_MAC), PEER_IP) is None
     syn = bytearray(ping(PEER_IP))
@@ -128,6 +129,19 @@ def test_a_node_that_failed_over_alone_is_reached_on_its_new_segment() -> None:
     assert link.onward(1, ipv4(NODE2, NODE1)) == [0]
     # Frames that are not IPv4 or ARP (IPv6, LLDP) go on as a switch floods them.
     assert link.onward(0, BOND_MAC + BOND_MAC + struct.pack("!H", 0x86DD) + b"\0" * 40) == [1]
+
+
+def test_a_node_heard_long_ago_is_looked_for_on_every_segment() -> None:
+    """An entry older than FRESH_S counts as unknown: node2 moved back to segment 0 without a
+    word (say, a reset) is reached there, and an ARP probe from 0.0.0.0 teaches nothing."""
+    now, node3 = [100.0], socket.inet_aton("10.77.0.17")
+    link = peer.Link(2, clock=lambda: now[0])
+    link.onward(1, gratuitous_arp(NODE2))
+    assert link.onward(1, ipv4(node3, NODE2)) == []  # fresh: node2 is on segment 1
+    now[0] += peer.Link.FRESH_S + 0.1
+    assert link.onward(1, ipv4(node3, NODE2)) == [0]  # stale: it may be anywhere
+    link.onward(0, gratuitous_arp(b"\0\0\0\0"))
+    assert b"\0\0\0\0" not in link.heard
 
 
 def test_the_process_links_its_wires_and_answers_without_passing_on_the_answered() -> None:
