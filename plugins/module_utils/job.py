@@ -438,7 +438,9 @@ def agents(root: int, proc: str = "/proc") -> list[int]:
 
 
 def age(path: str, now: float | None = None) -> float | None:
+    """Seconds since PATH changed, at NOW; a change after NOW (the status read began, the job
+    went on writing) is 0, not a negative age."""
     try:
-        return round((now or time.time()) - os.stat(path).st_mtime, 1)
+        return max(0.0, round((now or time.time()) - os.stat(path).st_mtime, 1))
     except OSError:
         return None

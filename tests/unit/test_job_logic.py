@@ -248,3 +248,15 @@ def test_replay_reruns_the_reference_trainer_to_a_step_unpaced_on_a_standalone_r
     assert job.replay_facts(said) == {"start": 170, "resumed": True, "done": 170,
                                       "sha256": "ab" * 32}  # fmt: skip
     assert job.replay_facts("start step=0 resumed=False\nstep 1 loss=2\n") is None  # no end
+
+
+def test_a_file_written_after_the_read_began_is_not_older_than_zero(tmp_path: Path) -> None:
+    """status takes its clock first and reads the log later: a line written in between makes
+    the log's mtime later than that clock (seen on the lab: "-1.2s ago")."""
+    log = tmp_path / "train.log"
+    log.write_text("step 1\n")
+    began = time.time()
+    os.utime(log, (began + 1.5, began + 1.5))
+    assert job.age(str(log), began) == 0.0
+    assert job.age(str(log), began + 3.0) == 1.5
+    assert job.age(str(tmp_path / "absent"), began) is None
