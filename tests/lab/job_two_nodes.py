@@ -34,7 +34,9 @@ from nodeprep.lab.recipe import GUEST_USER
 
 NODES = ("node1", "node2")
 STEPS = 200
-PACE_S = 0.3
+# Paced so that the job outlives the faults: a step on these nodes takes 0.45 to 1.2 s, and at
+# 0.3 s the job once reached its 200th step during the drills, before node2's power cycle.
+PACE_S = 1.5
 RUN_ROOT = "/data/nodeprep/jobs"
 TRAINER = {"job_trainer_steps": STEPS, "job_trainer_checkpoint_every": 5,
            "job_trainer_model_mb": 0.25, "job_trainer_seed": 3, "job_min_free_mb": 256,
