@@ -87,13 +87,13 @@ def _echo_reply(frame: bytes, peer_ip: bytes) -> bytes | None:
     return frame[6:12] + PEER_MAC + struct.pack("!H", ETH_IPV4) + bytes(header) + icmp
 
 
-def _ipv4_ends(frame: bytes) -> tuple[bytes, bytes] | None:
-    """(sender, target) IPv4 address of an IPv4 or ARP frame, else None."""
+def _ipv4_ends(frame: bytes) -> tuple[int, bytes, bytes] | None:
+    """(ethertype, sender, target IPv4 address) of an IPv4 or ARP frame, else None."""
     ethertype = struct.unpack("!H", frame[12:14])[0] if len(frame) >= 14 else None
     if ethertype == ETH_IPV4 and len(frame) >= 34:
-        return frame[26:30], frame[30:34]
+        return ethertype, frame[26:30], frame[30:34]
     if ethertype == ETH_ARP and len(frame) >= 42:
-        return frame[28:32], frame[38:42]
+        return ethertype, frame[28:32], frame[38:42]
     return None
 
 
@@ -112,11 +112,10 @@ class Link:
     def onward(self, segment: int, frame: bytes) -> list[int]:
         now = self.clock()
         ends = _ipv4_ends(frame)
-        if ends is not None and ends[0] != b"\0\0\0\0":
-            self.heard[ends[0]] = (segment, now)
-        is_ipv4 = len(frame) >= 14 and frame[12:14] == struct.pack("!H", ETH_IPV4)
-        if ends is not None and is_ipv4 and not frame[0] & 1:
-            where, when = self.heard.get(ends[1], (None, 0.0))
+        if ends is not None and ends[1] != b"\0\0\0\0":
+            self.heard[ends[1]] = (segment, now)
+        if ends is not None and ends[0] == ETH_IPV4 and not frame[0] & 1:
+            where, when = self.heard.get(ends[2], (None, 0.0))
             if where is not None and now - when <= self.FRESH_S:
                 return [] if where == segment else [where]
         return [other for other in range(self.segments) if other != segment]

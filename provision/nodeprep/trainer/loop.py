@@ -88,6 +88,13 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, out: TextIO = sys.stdout) -> None:
         self.config, self.out = config, out
+        # The rank that writes this node's checkpoints speaks: with a copy per node (what
+        # `nodeprep run` sets up) each node's local rank 0, so every node's own train.log
+        # shows the job's steps and `status` and `drill` read any node, not only the one
+        # holding global rank 0; with one shared copy (and so one shared log) rank 0 alone.
+        # The ranks step together and the state digest is gathered, so the nodes' lines agree
+        # but for loss= (each rank's own batch) and t=. Decided once: _say runs every step.
+        self.speaks = dist_util.speaks_for_node(config.checkpoint_copies)
         # Before anything slow: an unhandled SIGUSR1 would kill the process.
         self.flag = EmergencyFlag()
         self.flag.install()
@@ -273,13 +280,7 @@ class Trainer:
         return True, must_exit
 
     def _say(self, text: str) -> None:
-        # The rank that writes this node's checkpoints speaks: with a copy per node (what
-        # `nodeprep run` sets up) each node's local rank 0, so every node's own train.log
-        # shows the job's steps and `status` and `drill` read any node, not only the one
-        # holding global rank 0; with one shared copy (and so one shared log) rank 0 alone.
-        # The ranks step together and the state digest is gathered, so the nodes' lines agree
-        # but for loss= (each rank's own batch) and t=.
-        if dist_util.speaks_for_node(self.config.checkpoint_copies):
+        if self.speaks:
             print(text, file=self.out, flush=True)
 
 
