@@ -117,19 +117,12 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
         for fault in ("netem", "link", "blackhole", "ssh-drop", "disk-full"):
             assert drills[fault]["steps_lost"] == 0, drills[fault]
             assert drills[fault]["restored"] is True, drills[fault]
-        assert session.wait(timeout=60) is not None  # ssh-drop ended the operator's session
+        session.wait(timeout=60)  # ssh-drop ended the operator's session, or this raises
         assert "login session(s) of nodeprep ended" in drills["ssh-drop"]["detail"], drills
-        full = drills["disk-full"]
-        assert full["detected_by"] == "trainer", full
-        for said in ("No space left on device", "the heartbeat's data-space probe reported it",
-                     "the next save committed step"):  # fmt: skip
-            assert said in full["detail"], full
+        disk_full_and_preempt_said_what_they_saw(drills)
         preempt = drills["preempt"]
-        assert preempt["detected_by"] == "heartbeat", preempt
-        assert preempt["steps_lost"] <= 1 == preempt["steps_lost_limit"], preempt
         assert preempt["restored"] is True, preempt
         assert preempt["next_step_s"] is not None, preempt
-        assert "the SIGTERM's: step" in preempt["detail"], preempt
         _came_back_after_the_reboot(drills["reboot"])
         figures = {f: {k: d[k] for k in ("detect_s", "steps_lost", "next_step_s")}
                    for f, d in drills.items()}  # fmt: skip
@@ -142,6 +135,20 @@ def drills_meet_their_limits_and_leave_the_node_as_it_was(
     the_undo_outlives_a_lost_drill(node, inventory, workdir, job_vars, name)
     print(f"drill story: {time.monotonic() - began:.0f} s", flush=True)
     return dict(preempt)
+
+
+def disk_full_and_preempt_said_what_they_saw(drills: dict[str, Any]) -> None:
+    """disk-full: the trainer's failed save, the heartbeat's probe, the next save committed;
+    preempt: the heartbeat's checkpoint on the notice, then the SIGTERM's, at most 1 lost."""
+    full = drills["disk-full"]
+    assert full["detected_by"] == "trainer", full
+    for said in ("No space left on device", "the heartbeat's data-space probe reported it",
+                 "the next save committed step"):  # fmt: skip
+        assert said in full["detail"], full
+    preempt = drills["preempt"]
+    assert preempt["detected_by"] == "heartbeat", preempt
+    assert preempt["steps_lost"] <= 1 == preempt["steps_lost_limit"], preempt
+    assert "the SIGTERM's: step" in preempt["detail"], preempt
 
 
 def _mii_misses_a_blackhole_and_the_role_turns_arp_monitoring_on(
@@ -188,7 +195,7 @@ def _as_it_was(node: LabNode, members: list[str], name: str) -> None:
     # The stand-in came back with the boot, as a cloud's metadata service would.
     assert node.sh("systemctl is-active nodeprep-lab-metadata").strip() == "active"
     assert node.sh("ls /run/nodeprep/lab/cloud-notice 2>/dev/null | wc -l").strip() == "0"
-    fills = f"ls /data/nodeprep/jobs/{name}/.nodeprep-drill-fill-* 2>/dev/null | wc -l"
+    fills = f"ls /data/nodeprep/jobs/{name}/checkpoints/.nodeprep-drill-fill-* 2>/dev/null | wc -l"
     assert node.sh(fills).strip() == "0"
 
 

@@ -10,7 +10,10 @@ the heartbeat ping: it answers ARP requests for BOND_PEER and ICMP echo requests
 It is also the link between the segments (b0's and b1's), as between the two switches that
 a bond's members are plugged into: a frame it does not answer goes on to the other segment,
 so a node that failed over alone (its ens5 active, the others' ens4) still reaches the
-others. The nodes' bond MACs are all the same (they come from one saved state), so the link
+others. A broadcast goes on even when the peer answers it, as a switch floods it: the
+backup member of an ARP-monitored bond (``arp_validate``) counts itself up only while it
+hears its own bond's ARP requests for the peer, which the active member sends on the other
+segment. The nodes' bond MACs are all the same (they come from one saved state), so the link
 learns where each node is by IPv4 address, not MAC: an IPv4 frame stays on its segment when
 its destination was last heard from there; broadcasts, ARP and frames to an address not yet
 heard go on. It speaks qemu's ``-netdev dgram`` wire (one Ethernet frame per UDP datagram)
@@ -140,7 +143,8 @@ def serve(pairs: list[tuple[int, int]], peer: str = BOND_PEER) -> None:
             reply = answer(frame, peer_ip)
             if reply is not None:
                 ready.sendto(reply, remote_end)
-                continue
+                if not frame[0] & 1:  # a ping to the peer's own MAC ends here
+                    continue
             for other in onward:
                 wire, end = wires[other]
                 wire.sendto(frame, end)

@@ -144,9 +144,11 @@ def test_a_node_heard_long_ago_is_looked_for_on_every_segment() -> None:
     assert b"\0\0\0\0" not in link.heard
 
 
-def test_the_process_links_its_wires_and_answers_without_passing_on_the_answered() -> None:
+def test_the_process_links_its_wires_answers_and_floods_the_broadcasts_it_answered() -> None:
     """Two wires (the two segments): a frame between the nodes sent on one comes out of the
-    other; an ARP request for the gateway is answered on its own wire."""
+    other; an ARP request for the gateway is answered on its own wire and, being a broadcast,
+    also crosses (an ARP-monitored bond's backup member counts itself up on hearing it); a
+    ping to the gateway's own MAC is answered and does not cross."""
     ports = free_udp_ports(4)
     mine, its = ports[:2], ports[2:]
     proc = subprocess.Popen([sys.executable, "-m", peer.PROGRAM,
@@ -173,9 +175,13 @@ def test_the_process_links_its_wires_and_answers_without_passing_on_the_answered
         while reply == frame:  # a copy of a frame sent again while the process started
             reply = wires[1].recv(2048)
         assert reply[22:28] == peer.PEER_MAC
+        assert wires[0].recv(2048) == arp_request(PEER_IP)  # the broadcast crossed as well
+        wires[1].sendto(ping(PEER_IP), ("127.0.0.1", its[1]))
+        echoed = wires[1].recv(2048)
+        assert echoed[:6] == ping(PEER_IP)[6:12], echoed  # back to the sender
         wires[0].settimeout(0.3)
         with pytest.raises(TimeoutError):
-            wires[0].recv(2048)  # the answered request did not cross
+            wires[0].recv(2048)  # the answered ping, unicast to the peer, did not cross
     finally:
         for wire in wires:
             wire.close()
